@@ -1,0 +1,116 @@
+"""``vitkit info``: a model's parameters by part and its cost per image, as plain text."""
+
+from __future__ import annotations
+
+import torch
+
+from vitkit.models.cost import Cost, flop_model, param_breakdown
+from vitkit.models.registry import model_args
+from vitkit.models.vit import VisionTransformer, ViTConfig
+
+
+def build_config(name: str, img_size: int | None = None, patch_size: int | None = None,
+                 **overrides) -> ViTConfig:
+    """The config of a registered model with the size overrides applied."""
+    args = {**model_args(name), **overrides}
+    if img_size is not None:
+        args["img_size"] = img_size
+    if patch_size is not None:
+        args["patch_size"] = patch_size
+    return ViTConfig(**args)
+
+
+def _scaling_rows(cfg: ViTConfig) -> list[tuple[str, ViTConfig]]:
+    """This config beside half/double patch size and a larger image, where they tile."""
+    h, w = cfg.img_size
+    p = cfg.patch_size
+    bigger = 384 if (h, w) == (224, 224) else 2 * h
+    candidates = [
+        (f"patch {p // 2}", dict(patch_size=p // 2)),
+        (f"patch {p} (this)", {}),
+        (f"patch {2 * p}", dict(patch_size=2 * p)),
+        (f"image {bigger}", dict(img_size=(bigger, bigger * w // h))),
+    ]
+    rows = []
+    for label, change in candidates:
+        try:
+            rows.append((label, ViTConfig(**{**cfg.to_dict(), **change})))
+        except ValueError:  # that patch size does not tile this image: leave the row out
+            continue
+    return rows
+
+
+def _g(x: int) -> str:
+    return f"{x / 1e9:,.3f}"
+
+
+def describe(name: str, img_size: int | None = None, patch_size: int | None = None) -> str:
+    """The text ``vitkit info`` prints."""
+    cfg = build_config(name, img_size, patch_size)
+    with torch.device("meta"):  # shapes only: instant even for ViT-H
+        model = VisionTransformer(cfg)
+    parts = param_breakdown(model)
+    cost: Cost = flop_model(cfg)
+    gh, gw = cfg.grid_size
+    per_block = parts["block.attn"] + parts["block.mlp"] + parts["block.norms"]
+    lines = [
+        f"{name}: image {cfg.img_size[0]}x{cfg.img_size[1]}, patch {cfg.patch_size}, "
+        f"grid {gh}x{gw}, pool {cfg.pool}",
+        f"width {cfg.embed_dim}, depth {cfg.depth}, heads {cfg.num_heads} "
+        f"(head dim {cfg.embed_dim // cfg.num_heads}), MLP {cfg.mlp_dim}, "
+        f"prefix tokens {cfg.num_prefix_tokens}, LayerNorm eps {cfg.norm_eps:g}",
+        "",
+        "Parameters",
+    ]
+    rows = [
+        ("patch embedding", parts["patch_embed"]),
+        (f"position table ({cfg.num_prefix_tokens + gh * gw} x {cfg.embed_dim})",
+         parts["pos_embed"]),
+        ("prefix tokens ([CLS], registers)", parts["tokens"]),
+        ("  per block: attention (qkv + proj)", parts["block.attn"]),
+        ("  per block: MLP", parts["block.mlp"]),
+        ("  per block: 2 LayerNorms", parts["block.norms"]),
+        ("  per block: total", per_block),
+        (f"blocks (x{cfg.depth})", parts["blocks"]),
+        ("final LayerNorm", parts["norm"]),
+        (f"head ({cfg.num_classes} classes)", parts["head"]),
+        ("total", parts["total"]),
+    ]
+    total = parts["total"]
+    for label, n in rows:
+        lines.append(f"  {label:<40}{n:>14,}  {100 * n / total:6.2f}%")
+
+    d = cfg.embed_dim
+    lines += [
+        "",
+        f"Cost per image: N = {cost.patches} patches, T = {cost.tokens} tokens "
+        "(FLOPs = 2 x MACs)",
+        f"  {'term':<40}{'GMACs':>14}{'GFLOPs':>10}   share",
+    ]
+    terms = [
+        ("patch embedding  N*D*C*P^2", cost.patch_embed),
+        (f"linear  {cfg.depth} x T*(4D^2 + 2D*Dm)", cost.linear),
+        (f"attention  {cfg.depth} x 2*T^2*D", cost.attention),
+        ("head  D*classes", cost.head),
+        ("total", cost.macs),
+    ]
+    for label, macs in terms:
+        lines.append(
+            f"  {label:<40}{_g(macs):>14}{_g(2 * macs):>10}  {100 * macs / cost.macs:6.2f}%"
+        )
+    lines.append(
+        "  attention / linear per block = 2T^2D / T(4D^2+2D*Dm) = "
+        f"{cost.attention / cost.linear:.3f}  (D = {d}, T = {cost.tokens})"
+    )
+
+    base = cost
+    lines += ["", "How the cost scales (attention grows with T^2, the rest with T)",
+              f"  {'variant':<20}{'T':>7}{'attn GFLOPs':>14}{'x this':>9}"
+              f"{'total GFLOPs':>15}{'x this':>9}"]
+    for label, other_cfg in _scaling_rows(cfg):
+        c = flop_model(other_cfg)
+        lines.append(
+            f"  {label:<20}{c.tokens:>7}{_g(2 * c.attention):>14}"
+            f"{c.attention / base.attention:>8.2f}x{_g(c.flops):>15}{c.macs / base.macs:>8.2f}x"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,86 @@
+"""What a ViT costs: parameters by part, counted from the module, and FLOPs per image.
+
+The FLOP model counts multiply-adds (MACs) of the matrix products, FLOPs = 2 x MACs, for one
+image with N patches and T = N + prefix tokens:
+
+    patch embedding   N * D * C * P^2
+    per block linear  T * (3D^2 + D^2 + 2 D Dm)      qkv, output projection, MLP  (~12 T D^2)
+    per block attn    2 * T^2 * D                     q k^T and attn @ v
+    head              D * num_classes
+
+LayerNorm, softmax, GELU and the residual adds are elementwise (O(T D)) and left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+from vitkit.models.vit import ViTConfig
+
+
+def _count(module: nn.Module | nn.Parameter | None) -> int:
+    if module is None:
+        return 0
+    if isinstance(module, nn.Parameter):
+        return module.numel()
+    return sum(p.numel() for p in module.parameters())
+
+
+def param_breakdown(model) -> dict[str, int]:
+    """Parameters by part of a :class:`VisionTransformer`, counted from its tensors.
+
+    Keys: patch_embed, pos_embed, tokens, block.attn, block.mlp, block.norms (one block),
+    blocks (all), norm (final LayerNorm, before or after pooling), head, total.
+    """
+    block = model.blocks[0]
+    parts = {
+        "patch_embed": _count(model.patch_embed),
+        "pos_embed": _count(model.pos_embed),
+        "tokens": _count(model.cls_token) + _count(model.reg_token),
+        "block.attn": _count(block.attn),
+        "block.mlp": _count(block.mlp),
+        "block.norms": _count(block.norm1) + _count(block.norm2),
+        "blocks": _count(model.blocks),
+        "norm": _count(model.norm) + _count(model.fc_norm),
+        "head": _count(model.head),
+    }
+    parts["total"] = _count(model)
+    return parts
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Multiply-adds for one image, by term (see the module docstring)."""
+
+    patches: int  # N
+    tokens: int  # T = N + prefix tokens
+    patch_embed: int
+    linear: int  # all blocks, the ~12 T D^2 terms
+    attention: int  # all blocks, the 2 T^2 D terms
+    head: int
+
+    @property
+    def macs(self) -> int:
+        return self.patch_embed + self.linear + self.attention + self.head
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.macs
+
+
+def flop_model(cfg: ViTConfig) -> Cost:
+    """Cost per image of the architecture ``cfg`` at its ``img_size``."""
+    gh, gw = cfg.grid_size
+    n = gh * gw
+    t = n + cfg.num_prefix_tokens
+    d, dm = cfg.embed_dim, cfg.mlp_dim
+    return Cost(
+        patches=n,
+        tokens=t,
+        patch_embed=n * d * cfg.in_chans * cfg.patch_size**2,
+        linear=cfg.depth * t * (4 * d * d + 2 * d * dm),
+        attention=cfg.depth * 2 * t * t * d,
+        head=d * cfg.num_classes,
+    )

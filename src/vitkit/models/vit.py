@@ -1,0 +1,366 @@
+"""The Vision Transformer, top to bottom.
+
+An image (B, C, H, W) is cut into P x P patches, each projected to a D-dim token (B, N, D) with
+N = (H/P)(W/P). Prefix tokens ([CLS], registers) are prepended, a learned position table is
+added, pre-norm transformer blocks run, a final LayerNorm normalises, and a linear head
+classifies the pooled vector (the [CLS] output, or the mean of the patch tokens).
+
+Parameter names follow timm (``patch_embed.proj``, ``blocks.N.attn.qkv``, ...), so a timm state
+dict is our state dict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from vitkit.models.pos_embed import Grid, interpolate_pos_embed, to_grid
+
+
+@dataclass
+class ViTConfig:
+    """Everything that fixes a ViT's architecture (and so its state dict's shapes)."""
+
+    img_size: tuple[int, int] = (224, 224)
+    patch_size: int = 16
+    in_chans: int = 3
+    num_classes: int = 1000
+    embed_dim: int = 768
+    depth: int = 12
+    num_heads: int = 12
+    mlp_dim: int = 3072
+    pool: str = "cls"  # "cls" | "avg"
+    class_token: bool = True
+    num_reg_tokens: int = 0
+    fc_norm: bool = False  # avg pooling only: LayerNorm after pooling (timm) instead of before
+    qkv_bias: bool = True
+    norm_eps: float = 1e-6
+    drop_rate: float = 0.0
+    attn_drop_rate: float = 0.0
+    drop_path_rate: float = 0.0
+    dynamic_img_size: bool = False
+    extra: dict = field(default_factory=dict)  # free-form metadata (mean/std, class names)
+
+    def __post_init__(self) -> None:
+        self.img_size = to_grid(self.img_size)
+        if self.pool not in ("cls", "avg"):
+            raise ValueError(f"pool must be 'cls' or 'avg', got {self.pool!r}")
+        if self.pool == "cls" and not self.class_token:
+            raise ValueError("pool='cls' needs class_token=True; use pool='avg' without one")
+        if self.fc_norm and self.pool != "avg":
+            raise ValueError("fc_norm=True applies to pool='avg' only")
+        if self.embed_dim % self.num_heads:
+            raise ValueError(
+                f"embed_dim {self.embed_dim} must be divisible by num_heads {self.num_heads}"
+            )
+        patch_grid(self.img_size, self.patch_size)  # refuse sizes the patches do not tile
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        return int(self.class_token) + self.num_reg_tokens
+
+    @property
+    def grid_size(self) -> tuple[int, int]:
+        return patch_grid(self.img_size, self.patch_size)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def patch_grid(img_size: Grid, patch_size: int) -> tuple[int, int]:
+    """(H, W) -> (H/P, W/P); raises ``ValueError`` when a side is not divisible by P."""
+    h, w = to_grid(img_size)
+    if h % patch_size or w % patch_size:
+        raise ValueError(
+            f"image size {h}x{w} is not divisible by patch size {patch_size}: the last "
+            f"{h % patch_size} rows / {w % patch_size} columns would be dropped. Resize or crop "
+            f"the image to a multiple of {patch_size} (e.g. "
+            f"{h // patch_size * patch_size}x{w // patch_size * patch_size})."
+        )
+    return h // patch_size, w // patch_size
+
+
+class PatchEmbed(nn.Module):
+    """(B, C, H, W) -> (B, gh*gw, D) with a Conv2d of kernel = stride = P."""
+
+    def __init__(self, patch_size: int, in_chans: int, embed_dim: int) -> None:
+        super().__init__()
+        self.patch_size = patch_size
+        self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=patch_size, stride=patch_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        patch_grid(x.shape[-2:], self.patch_size)  # refuse to drop rows or columns
+        x = self.proj(x)  # (B, D, gh, gw)
+        return x.flatten(2).transpose(1, 2)  # (B, gh*gw, D)
+
+
+def sdpa_attention(q, k, v, dropout_p: float = 0.0, return_attn: bool = False):
+    """The attention kernel: (B, h, T, d) x3 -> ((B, h, T, d), maps or None).
+
+    Without maps it is ``F.scaled_dot_product_attention`` (fused kernels, flash on GPU). With
+    maps it computes softmax(q k^T / sqrt(d)) explicitly and returns it per head, (B, h, T, T),
+    before dropout, so each row sums to 1.
+    """
+    if not return_attn:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p), None
+    attn = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # (B, h, T, T)
+    attn = attn.softmax(dim=-1)
+    weights = F.dropout(attn, p=dropout_p) if dropout_p > 0 else attn
+    return weights @ v, attn  # (B, h, T, d), (B, h, T, T)
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention with one fused qkv projection: (B, T, D) -> (B, T, D)."""
+
+    def __init__(
+        self, dim: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.0,
+        proj_drop: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.attn_drop = attn_drop
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    def forward(self, x: torch.Tensor, return_attn: bool = False):
+        B, T, D = x.shape
+        qkv = self.qkv(x).reshape(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)  # each (B, h, T, d)
+        dropout_p = self.attn_drop if self.training else 0.0
+        x, attn = sdpa_attention(q, k, v, dropout_p, return_attn)  # (B, h, T, d)
+        x = x.transpose(1, 2).reshape(B, T, D)
+        return self.proj_drop(self.proj(x)), attn
+
+
+class Mlp(nn.Module):
+    """Linear -> exact GELU -> Linear: (B, T, D) -> (B, T, D)."""
+
+    def __init__(self, dim: int, hidden_dim: int, drop: float = 0.0) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden_dim)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden_dim, dim)
+        self.drop = nn.Dropout(drop)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+
+
+class DropPath(nn.Module):
+    """Stochastic depth: drop a sample's whole residual branch with probability ``p``."""
+
+    def __init__(self, p: float = 0.0) -> None:
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.p == 0.0 or not self.training:
+            return x
+        keep = 1.0 - self.p
+        mask = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(keep)
+        return x * mask / keep
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(LN(x)), then x + mlp(LN(x))."""
+
+    def __init__(
+        self, dim: int, num_heads: int, mlp_dim: int, qkv_bias: bool = True,
+        drop: float = 0.0, attn_drop: float = 0.0, drop_path: float = 0.0, eps: float = 1e-6,
+    ) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=eps)
+        self.attn = Attention(dim, num_heads, qkv_bias, attn_drop, drop)
+        self.drop_path1 = DropPath(drop_path)
+        self.norm2 = nn.LayerNorm(dim, eps=eps)
+        self.mlp = Mlp(dim, mlp_dim, drop)
+        self.drop_path2 = DropPath(drop_path)
+
+    def forward(self, x: torch.Tensor, return_attn: bool = False):
+        y, attn = self.attn(self.norm1(x), return_attn)
+        x = x + self.drop_path1(y)
+        x = x + self.drop_path2(self.mlp(self.norm2(x)))
+        return x, attn  # (B, T, D), (B, h, T, T) or None
+
+
+class VisionTransformer(nn.Module):
+    """A ViT classifier: (B, C, H, W) -> (B, num_classes), or (B, D) features if num_classes=0.
+
+    Build it from keyword arguments (see :class:`ViTConfig`) or from a config object:
+    ``VisionTransformer(embed_dim=192, depth=12, num_heads=3, mlp_dim=768)``.
+    """
+
+    def __init__(self, config: ViTConfig | None = None, **kwargs) -> None:
+        super().__init__()
+        cfg = config if config is not None else ViTConfig(**kwargs)
+        if config is not None and kwargs:
+            cfg = ViTConfig(**{**cfg.to_dict(), **kwargs})
+        self.cfg = cfg
+        D = cfg.embed_dim
+        self.num_prefix_tokens = cfg.num_prefix_tokens
+        self.grad_checkpointing = False
+
+        self.patch_embed = PatchEmbed(cfg.patch_size, cfg.in_chans, D)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if cfg.class_token else None
+        self.reg_token = (
+            nn.Parameter(torch.zeros(1, cfg.num_reg_tokens, D)) if cfg.num_reg_tokens else None
+        )
+        gh, gw = cfg.grid_size
+        self.pos_embed = nn.Parameter(torch.zeros(1, self.num_prefix_tokens + gh * gw, D))
+        self.pos_drop = nn.Dropout(cfg.drop_rate)
+        # stochastic depth rises linearly from 0 at the first block to drop_path_rate at the last
+        rates = [cfg.drop_path_rate * i / max(cfg.depth - 1, 1) for i in range(cfg.depth)]
+        self.blocks = nn.ModuleList(
+            Block(D, cfg.num_heads, cfg.mlp_dim, cfg.qkv_bias, cfg.drop_rate,
+                  cfg.attn_drop_rate, rate, cfg.norm_eps)
+            for rate in rates
+        )
+        # Pre-norm needs a final LayerNorm: on all tokens, or (fc_norm) on the pooled vector.
+        self.norm = nn.Identity() if cfg.fc_norm else nn.LayerNorm(D, eps=cfg.norm_eps)
+        self.fc_norm = nn.LayerNorm(D, eps=cfg.norm_eps) if cfg.fc_norm else nn.Identity()
+        self.head_drop = nn.Dropout(cfg.drop_rate)
+        self.head = nn.Linear(D, cfg.num_classes) if cfg.num_classes > 0 else nn.Identity()
+        self.init_weights()
+
+    # ----------------------------------------------------------------------------- set-up
+    def init_weights(self) -> None:
+        """Position table trunc-normal(0.02), tokens ~N(0, 1e-6), linears trunc-normal(0.02)."""
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        for token in (self.cls_token, self.reg_token):
+            if token is not None:
+                nn.init.normal_(token, std=1e-6)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+    @property
+    def embed_dim(self) -> int:
+        return self.cfg.embed_dim
+
+    @property
+    def num_classes(self) -> int:
+        return self.cfg.num_classes
+
+    @property
+    def grid_size(self) -> tuple[int, int]:
+        """The patch grid (gh, gw) the position table is laid out on."""
+        return self.cfg.grid_size
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Recompute each block's activations in backward: less memory, same gradients."""
+        self.grad_checkpointing = enable
+
+    def set_img_size(self, img_size: Grid) -> None:
+        """Move the model to a new input size, interpolating the position table in place."""
+        old_grid = self.grid_size
+        new_cfg = ViTConfig(**{**self.cfg.to_dict(), "img_size": img_size})
+        table = interpolate_pos_embed(
+            self.pos_embed.data, old_grid, new_cfg.grid_size, self.num_prefix_tokens
+        )
+        self.pos_embed = nn.Parameter(table)
+        self.cfg = new_cfg
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """Replace the head with a fresh one for ``num_classes`` (0 for features)."""
+        self.cfg.num_classes = num_classes
+        head = nn.Linear(self.embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+        if num_classes > 0:
+            nn.init.trunc_normal_(head.weight, std=0.02)
+            nn.init.zeros_(head.bias)
+        self.head = head.to(self.pos_embed.device, self.pos_embed.dtype)
+
+    # ---------------------------------------------------------------------------- forward
+    def _pos_embed(self, x: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+        """Prepend prefix tokens and add the position table: (B, N, D) -> (B, T, D)."""
+        pos = self.pos_embed
+        if grid != self.grid_size:
+            if not self.cfg.dynamic_img_size:
+                p = self.cfg.patch_size
+                raise ValueError(
+                    f"input of {grid[0] * p}x{grid[1] * p} gives a {grid[0]}x{grid[1]} patch "
+                    f"grid, but the position table is for {self.grid_size[0]}x"
+                    f"{self.grid_size[1]} ({self.cfg.img_size[0]}x{self.cfg.img_size[1]} at "
+                    f"patch {p}). Resize the input, call model.set_img_size(...) or "
+                    f"vitkit.interpolate_pos_embed to move the table, or build the model with "
+                    f"dynamic_img_size=True to interpolate on the fly."
+                )
+            pos = interpolate_pos_embed(pos, self.grid_size, grid, self.num_prefix_tokens)
+        B = x.shape[0]
+        prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.reg_token) if t is not None]
+        x = torch.cat(prefix + [x], dim=1) if prefix else x  # (B, T, D), T = prefix + N
+        return self.pos_drop(x + pos)
+
+    def _layers_with_maps(self, attn_layers: Sequence[int] | None) -> list[int]:
+        depth = len(self.blocks)
+        if attn_layers is None:
+            return list(range(depth))
+        layers = []
+        for i in attn_layers:
+            if not -depth <= i < depth:
+                raise ValueError(f"attn_layers has {i}, but the model has {depth} layers "
+                                 f"(valid: {-depth}..{depth - 1})")
+            layers.append(i % depth)
+        return layers
+
+    def forward_features(
+        self, x: torch.Tensor, return_attn: bool = False,
+        attn_layers: Sequence[int] | None = None,
+    ):
+        """(B, C, H, W) -> tokens (B, T, D) after the final norm, and maps if asked.
+
+        With ``return_attn`` the second value is a list of (B, heads, T, T), one per layer in
+        ``attn_layers`` (all layers when ``None``), in the order asked.
+        """
+        if attn_layers is not None and not return_attn:
+            raise ValueError("attn_layers selects which maps to return; pass return_attn=True")
+        if x.dim() != 4 or x.shape[1] != self.cfg.in_chans:
+            raise ValueError(f"expected images (B, {self.cfg.in_chans}, H, W), got shape "
+                             f"{tuple(x.shape)}")
+        grid = patch_grid(x.shape[-2:], self.cfg.patch_size)
+        x = self._pos_embed(self.patch_embed(x), grid)
+        wanted = set(self._layers_with_maps(attn_layers)) if return_attn else set()
+        maps: dict[int, torch.Tensor] = {}
+        for i, block in enumerate(self.blocks):
+            if self.grad_checkpointing and torch.is_grad_enabled():
+                x, attn = checkpoint(block, x, i in wanted, use_reentrant=False)
+            else:
+                x, attn = block(x, i in wanted)
+            if attn is not None:
+                maps[i] = attn
+        x = self.norm(x)
+        if not return_attn:
+            return x
+        return x, [maps[i] for i in self._layers_with_maps(attn_layers)]
+
+    def pool(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, D) -> (B, D): the [CLS] output, or the mean of the patch tokens."""
+        if self.cfg.pool == "cls":
+            return x[:, 0]
+        return x[:, self.num_prefix_tokens:].mean(dim=1)
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """(B, T, D) -> (B, num_classes), or the pooled (B, D) with ``pre_logits``."""
+        x = self.head_drop(self.fc_norm(self.pool(x)))
+        return x if pre_logits else self.head(x)
+
+    def forward(
+        self, x: torch.Tensor, return_attn: bool = False,
+        attn_layers: Sequence[int] | None = None,
+    ):
+        """(B, C, H, W) -> logits (B, num_classes); with ``return_attn``, (logits, maps)."""
+        if not return_attn:
+            return self.forward_head(self.forward_features(x, attn_layers=attn_layers))
+        x, maps = self.forward_features(x, True, attn_layers)
+        return self.forward_head(x), maps

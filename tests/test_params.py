@@ -1,0 +1,60 @@
+"""Parameter counts: the literature's numbers for ViT-B/16, and timm's for every registered name."""
+
+import pytest
+import timm
+import torch
+
+import vitkit
+from vitkit.models.cost import param_breakdown
+from vitkit.models.registry import model_args
+
+STANDARD = [n for n in vitkit.list_models() if "nano" not in n and "micro" not in n]
+
+
+def test_vit_base_patch16_224_counts_to_the_unit():
+    with torch.device("meta"):
+        parts = param_breakdown(vitkit.create_model("vit_base_patch16_224"))
+    assert parts == {
+        "patch_embed": 590_592,
+        "pos_embed": 151_296,
+        "tokens": 768,
+        "block.attn": 2_362_368,
+        "block.mlp": 4_722_432,
+        "block.norms": 3_072,
+        "blocks": 85_054_464,
+        "norm": 1_536,
+        "head": 769_000,
+        "total": 86_567_656,
+    }
+    assert parts["block.attn"] + parts["block.mlp"] + parts["block.norms"] == 7_087_872
+
+
+def test_registry_covers_every_timm_name_of_the_family():
+    import re
+
+    pattern = r"vit_(tiny|small|base|large|huge)_patch(8|14|16|32)_(224|384)"
+    timm_names = {n for n in timm.list_models("vit_*") if re.fullmatch(pattern, n)}
+    assert timm_names == set(STANDARD)
+
+
+@pytest.mark.parametrize("name", STANDARD)
+@pytest.mark.parametrize("num_classes", [1000, 0])
+def test_every_variant_matches_timm_tensor_by_tensor(name, num_classes):
+    with torch.device("meta"):
+        ours = vitkit.create_model(name, num_classes=num_classes)
+        theirs = timm.create_model(name, num_classes=num_classes)
+    shapes = {k: tuple(v.shape) for k, v in ours.state_dict().items()}
+    assert shapes == {k: tuple(v.shape) for k, v in theirs.state_dict().items()}
+    assert param_breakdown(ours)["total"] == sum(p.numel() for p in theirs.parameters())
+
+
+@pytest.mark.parametrize("name", vitkit.list_models())
+@pytest.mark.parametrize("overrides", [{}, {"pool": "avg"}, {"num_reg_tokens": 4}])
+def test_parts_add_up_to_the_total(name, overrides):
+    with torch.device("meta"):
+        parts = param_breakdown(vitkit.create_model(name, **overrides))
+    summed = sum(parts[k] for k in ("patch_embed", "pos_embed", "tokens", "blocks", "norm", "head"))
+    assert summed == parts["total"]
+    assert parts["blocks"] == model_args(name)["depth"] * (
+        parts["block.attn"] + parts["block.mlp"] + parts["block.norms"]
+    )

@@ -14,3 +14,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "vitkit"))
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="module")
+def x224():
+    """Two fixed 224x224 images."""
+    return torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(0))

@@ -58,3 +58,20 @@ def test_parts_add_up_to_the_total(name, overrides):
     assert parts["blocks"] == model_args(name)["depth"] * (
         parts["block.attn"] + parts["block.mlp"] + parts["block.norms"]
     )
+
+
+@pytest.mark.parametrize(
+    ("timm_name", "ours", "kw"),
+    [
+        ("deit_tiny_distilled_patch16_224", "vit_tiny_patch16_224", dict(distilled=True)),
+        ("vit_base_patch16_gap_224", "vit_base_patch16_224",
+         dict(pool="avg", fc_norm=True, num_heads=16)),
+        ("vit_small_patch16_224", "vit_small_patch16_224", dict(num_reg_tokens=4)),
+    ],
+)
+def test_token_and_pooling_options_match_timm(timm_name, ours, kw):
+    timm_kw = {"reg_tokens": 4} if "num_reg_tokens" in kw else {}
+    with torch.device("meta"):
+        parts = param_breakdown(vitkit.create_model(ours, **kw))
+        theirs = timm.create_model(timm_name, num_classes=1000, **timm_kw)
+    assert parts["total"] == sum(p.numel() for p in theirs.parameters())

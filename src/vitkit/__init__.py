@@ -1,5 +1,6 @@
 """vitkit: Vision Transformers you can build exactly, load from anywhere and look inside."""
 
+from vitkit.checkpoints import CheckpointError, convert, export, load_model, save_model
 from vitkit.models import (
     VisionTransformer,
     ViTConfig,
@@ -9,4 +10,7 @@ from vitkit.models import (
 )
 
 __version__ = "0.1.0"
-__all__ = ["VisionTransformer", "ViTConfig", "create_model", "interpolate_pos_embed", "list_models"]
+__all__ = [
+    "CheckpointError", "VisionTransformer", "ViTConfig", "convert", "create_model", "export",
+    "interpolate_pos_embed", "list_models", "load_model", "save_model",
+]

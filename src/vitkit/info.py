@@ -66,7 +66,7 @@ def describe(name: str, img_size: int | None = None, patch_size: int | None = No
         ("patch embedding", parts["patch_embed"]),
         (f"position table ({cfg.num_prefix_tokens + gh * gw} x {cfg.embed_dim})",
          parts["pos_embed"]),
-        ("prefix tokens ([CLS], registers)", parts["tokens"]),
+        ("prefix tokens ([CLS], dist., registers)", parts["tokens"]),
         ("  per block: attention (qkv + proj)", parts["block.attn"]),
         ("  per block: MLP", parts["block.mlp"]),
         ("  per block: 2 LayerNorms", parts["block.norms"]),

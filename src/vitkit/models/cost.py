@@ -31,20 +31,21 @@ def _count(module: nn.Module | nn.Parameter | None) -> int:
 def param_breakdown(model) -> dict[str, int]:
     """Parameters by part of a :class:`VisionTransformer`, counted from its tensors.
 
-    Keys: patch_embed, pos_embed, tokens, block.attn, block.mlp, block.norms (one block),
-    blocks (all), norm (final LayerNorm, before or after pooling), head, total.
+    Keys: patch_embed, pos_embed, tokens ([CLS], distillation, registers), block.attn,
+    block.mlp, block.norms (one block), blocks (all), norm (final LayerNorm, before or after
+    pooling), head (with a pre-logits layer and a distillation head if present), total.
     """
     block = model.blocks[0]
     parts = {
         "patch_embed": _count(model.patch_embed),
         "pos_embed": _count(model.pos_embed),
-        "tokens": _count(model.cls_token) + _count(model.reg_token),
+        "tokens": sum(_count(t) for t in (model.cls_token, model.dist_token, model.reg_token)),
         "block.attn": _count(block.attn),
         "block.mlp": _count(block.mlp),
         "block.norms": _count(block.norm1) + _count(block.norm2),
         "blocks": _count(model.blocks),
         "norm": _count(model.norm) + _count(model.fc_norm),
-        "head": _count(model.head),
+        "head": _count(model.head) + _count(model.head_dist) + _count(model.pre_logits),
     }
     parts["total"] = _count(model)
     return parts
@@ -82,5 +83,6 @@ def flop_model(cfg: ViTConfig) -> Cost:
         patch_embed=n * d * cfg.in_chans * cfg.patch_size**2,
         linear=cfg.depth * t * (4 * d * d + 2 * d * dm),
         attention=cfg.depth * 2 * t * t * d,
-        head=d * cfg.num_classes,
+        head=(cfg.pre_logits * (d + cfg.num_classes) if cfg.pre_logits else d * cfg.num_classes)
+        * (2 if cfg.distilled else 1),
     )

@@ -11,6 +11,7 @@ dict is our state dict.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -36,7 +37,10 @@ class ViTConfig:
     mlp_dim: int = 3072
     pool: str = "cls"  # "cls" | "avg"
     class_token: bool = True
+    distilled: bool = False  # DeiT: a distillation token after [CLS] and a second head
     num_reg_tokens: int = 0
+    no_embed_class: bool = False  # position table covers the patches only (big_vision, DeiT-3)
+    pre_logits: int = 0  # size of a Linear + tanh "representation" layer before the head; 0: none
     fc_norm: bool = False  # avg pooling only: LayerNorm after pooling (timm) instead of before
     qkv_bias: bool = True
     norm_eps: float = 1e-6
@@ -52,6 +56,10 @@ class ViTConfig:
             raise ValueError(f"pool must be 'cls' or 'avg', got {self.pool!r}")
         if self.pool == "cls" and not self.class_token:
             raise ValueError("pool='cls' needs class_token=True; use pool='avg' without one")
+        if self.distilled and not (self.class_token and self.pool == "cls"):
+            raise ValueError("distilled=True needs the [CLS] token and pool='cls', as in DeiT")
+        if self.distilled and self.pre_logits:
+            raise ValueError("a distilled (DeiT) model has no pre-logits layer; set pre_logits=0")
         if self.fc_norm and self.pool != "avg":
             raise ValueError("fc_norm=True applies to pool='avg' only")
         if self.embed_dim % self.num_heads:
@@ -62,7 +70,12 @@ class ViTConfig:
 
     @property
     def num_prefix_tokens(self) -> int:
-        return int(self.class_token) + self.num_reg_tokens
+        return int(self.class_token) + int(self.distilled) + self.num_reg_tokens
+
+    @property
+    def num_pos_prefix(self) -> int:
+        """Prefix tokens that have a row in the position table."""
+        return 0 if self.no_embed_class else self.num_prefix_tokens
 
     @property
     def grid_size(self) -> tuple[int, int]:
@@ -212,11 +225,12 @@ class VisionTransformer(nn.Module):
 
         self.patch_embed = PatchEmbed(cfg.patch_size, cfg.in_chans, D)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if cfg.class_token else None
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, D)) if cfg.distilled else None
         self.reg_token = (
             nn.Parameter(torch.zeros(1, cfg.num_reg_tokens, D)) if cfg.num_reg_tokens else None
         )
         gh, gw = cfg.grid_size
-        self.pos_embed = nn.Parameter(torch.zeros(1, self.num_prefix_tokens + gh * gw, D))
+        self.pos_embed = nn.Parameter(torch.zeros(1, cfg.num_pos_prefix + gh * gw, D))
         self.pos_drop = nn.Dropout(cfg.drop_rate)
         # stochastic depth rises linearly from 0 at the first block to drop_path_rate at the last
         rates = [cfg.drop_path_rate * i / max(cfg.depth - 1, 1) for i in range(cfg.depth)]
@@ -228,15 +242,20 @@ class VisionTransformer(nn.Module):
         # Pre-norm needs a final LayerNorm: on all tokens, or (fc_norm) on the pooled vector.
         self.norm = nn.Identity() if cfg.fc_norm else nn.LayerNorm(D, eps=cfg.norm_eps)
         self.fc_norm = nn.LayerNorm(D, eps=cfg.norm_eps) if cfg.fc_norm else nn.Identity()
+        self.pre_logits = (
+            nn.Sequential(OrderedDict(fc=nn.Linear(D, cfg.pre_logits), act=nn.Tanh()))
+            if cfg.pre_logits else nn.Identity()
+        )
         self.head_drop = nn.Dropout(cfg.drop_rate)
-        self.head = nn.Linear(D, cfg.num_classes) if cfg.num_classes > 0 else nn.Identity()
+        self.head = self._new_head(cfg.num_classes)
+        self.head_dist = self._new_head(cfg.num_classes) if cfg.distilled else None
         self.init_weights()
 
     # ----------------------------------------------------------------------------- set-up
     def init_weights(self) -> None:
         """Position table trunc-normal(0.02), tokens ~N(0, 1e-6), linears trunc-normal(0.02)."""
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
-        for token in (self.cls_token, self.reg_token):
+        for token in self._prefix_params():
             if token is not None:
                 nn.init.normal_(token, std=1e-6)
         for m in self.modules():
@@ -244,6 +263,18 @@ class VisionTransformer(nn.Module):
                 nn.init.trunc_normal_(m.weight, std=0.02)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
+
+    def _prefix_params(self) -> list[nn.Parameter]:
+        """The learned prefix tokens in sequence order: [CLS], distillation, registers."""
+        return [t for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
+
+    def _new_head(self, num_classes: int) -> nn.Module:
+        if num_classes <= 0:
+            return nn.Identity()
+        head = nn.Linear(self.cfg.pre_logits or self.cfg.embed_dim, num_classes)
+        nn.init.trunc_normal_(head.weight, std=0.02)
+        nn.init.zeros_(head.bias)
+        return head
 
     @property
     def embed_dim(self) -> int:
@@ -267,19 +298,18 @@ class VisionTransformer(nn.Module):
         old_grid = self.grid_size
         new_cfg = ViTConfig(**{**self.cfg.to_dict(), "img_size": img_size})
         table = interpolate_pos_embed(
-            self.pos_embed.data, old_grid, new_cfg.grid_size, self.num_prefix_tokens
+            self.pos_embed.data, old_grid, new_cfg.grid_size, self.cfg.num_pos_prefix
         )
         self.pos_embed = nn.Parameter(table)
         self.cfg = new_cfg
 
     def reset_classifier(self, num_classes: int) -> None:
-        """Replace the head with a fresh one for ``num_classes`` (0 for features)."""
+        """Replace the head (both heads if distilled) with fresh ones; 0 gives features."""
         self.cfg.num_classes = num_classes
-        head = nn.Linear(self.embed_dim, num_classes) if num_classes > 0 else nn.Identity()
-        if num_classes > 0:
-            nn.init.trunc_normal_(head.weight, std=0.02)
-            nn.init.zeros_(head.bias)
-        self.head = head.to(self.pos_embed.device, self.pos_embed.dtype)
+        like = dict(device=self.pos_embed.device, dtype=self.pos_embed.dtype)
+        self.head = self._new_head(num_classes).to(**like)
+        if self.head_dist is not None:
+            self.head_dist = self._new_head(num_classes).to(**like)
 
     # ---------------------------------------------------------------------------- forward
     def _pos_embed(self, x: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
@@ -296,11 +326,15 @@ class VisionTransformer(nn.Module):
                     f"vitkit.interpolate_pos_embed to move the table, or build the model with "
                     f"dynamic_img_size=True to interpolate on the fly."
                 )
-            pos = interpolate_pos_embed(pos, self.grid_size, grid, self.num_prefix_tokens)
+            pos = interpolate_pos_embed(pos, self.grid_size, grid, self.cfg.num_pos_prefix)
+        if self.cfg.no_embed_class:
+            x = x + pos  # the table covers the patches only
         B = x.shape[0]
-        prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.reg_token) if t is not None]
+        prefix = [t.expand(B, -1, -1) for t in self._prefix_params()]
         x = torch.cat(prefix + [x], dim=1) if prefix else x  # (B, T, D), T = prefix + N
-        return self.pos_drop(x + pos)
+        if not self.cfg.no_embed_class:
+            x = x + pos
+        return self.pos_drop(x)
 
     def _layers_with_maps(self, attn_layers: Sequence[int] | None) -> list[int]:
         depth = len(self.blocks)
@@ -351,8 +385,17 @@ class VisionTransformer(nn.Module):
         return x[:, self.num_prefix_tokens:].mean(dim=1)
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        """(B, T, D) -> (B, num_classes), or the pooled (B, D) with ``pre_logits``."""
-        x = self.head_drop(self.fc_norm(self.pool(x)))
+        """(B, T, D) -> (B, num_classes), or the pooled vector with ``pre_logits``.
+
+        A distilled model (DeiT) averages its two heads, the [CLS] one and the distillation
+        token's, as DeiT does at inference.
+        """
+        if self.dist_token is not None:
+            cls, dist = self.head_drop(x[:, 0]), self.head_drop(x[:, 1])
+            if pre_logits:
+                return (cls + dist) / 2
+            return (self.head(cls) + self.head_dist(dist)) / 2
+        x = self.head_drop(self.pre_logits(self.fc_norm(self.pool(x))))
         return x if pre_logits else self.head(x)
 
     def forward(

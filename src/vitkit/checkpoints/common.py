@@ -1,0 +1,66 @@
+"""What every format converter shares: the error type, head-count inference, grid inference."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from vitkit.models.registry import VARIANTS
+
+StateDict = dict[str, torch.Tensor]
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read or does not fit; the message says what to do."""
+
+
+def infer_num_heads(width: int, depth: int, mlp_dim: int, notes: list[str]) -> int:
+    """Heads are not stored in timm/torchvision/DeiT weights: take them from the family table.
+
+    A (width, depth, MLP) that matches a known variant gets that variant's heads; any other
+    width gets 64-dim heads (the family's convention), and ``notes`` says so.
+    """
+    for d, n_layers, heads, mlp in VARIANTS.values():
+        if (d, n_layers, mlp) == (width, depth, mlp_dim):
+            return heads
+    for d, _, heads, _ in VARIANTS.values():
+        if d == width:
+            notes.append(f"heads inferred from width {width}: {heads} (pass num_heads= if not)")
+            return heads
+    if width % 64:
+        raise CheckpointError(
+            f"cannot infer the number of heads for width {width} (not in the ViT family table "
+            f"and not a multiple of 64); pass num_heads=... to load_model"
+        )
+    notes.append(f"heads inferred as width/64 = {width // 64} (pass num_heads= if not)")
+    return width // 64
+
+
+def infer_grid(rows: int, prefix: int, img_size=None, patch_size: int | None = None,
+               ) -> tuple[tuple[int, int], bool]:
+    """Patch grid and whether the table has prefix rows, from a position table's row count.
+
+    Returns ((gh, gw), table_has_prefix_rows). A square grid is assumed unless ``img_size``
+    (with ``patch_size``) says otherwise.
+    """
+    if img_size is not None and patch_size:
+        h, w = (img_size, img_size) if isinstance(img_size, int) else img_size
+        grid = (h // patch_size, w // patch_size)
+        n = grid[0] * grid[1]
+        if rows in (n, n + prefix):
+            return grid, rows == n + prefix and prefix > 0
+    for n, has_prefix in ((rows - prefix, prefix > 0), (rows, False)):
+        side = math.isqrt(max(n, 0))
+        if n > 0 and side * side == n:
+            return (side, side), has_prefix
+    raise CheckpointError(
+        f"cannot infer the patch grid from a position table of {rows} rows with {prefix} prefix "
+        f"token(s): neither {rows - prefix} nor {rows} is a square. Pass img_size=(H, W) of the "
+        f"checkpoint's training resolution."
+    )
+
+
+def strip_prefix(state: StateDict, prefix: str) -> StateDict:
+    """Remove ``prefix`` from every key that has it (``module.`` from DDP, ``vit.`` from HF)."""
+    return {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in state.items()}

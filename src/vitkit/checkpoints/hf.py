@@ -1,0 +1,138 @@
+"""Hugging Face transformers ViT (``ViTModel``, ``ViTForImageClassification``): folders written
+by ``save_pretrained``. Separate query/key/value are fused into vitkit's qkv; LayerNorm eps
+comes from the config (1e-12 by default there); ``ViTModel``'s pooler (dense + tanh on [CLS])
+becomes vitkit's pre-logits layer."""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from vitkit.checkpoints.common import CheckpointError, StateDict, strip_prefix
+from vitkit.checkpoints.timm import depth_of
+
+NAME = "hf"
+
+# vitkit name <- HF name, per block ("{i}") and outside the blocks.
+_BLOCK = {
+    "norm1": "layernorm_before",
+    "attn.proj": "attention.output.dense",
+    "norm2": "layernorm_after",
+    "mlp.fc1": "intermediate.dense",
+    "mlp.fc2": "output.dense",
+}
+_TOP = {
+    "cls_token": "embeddings.cls_token",
+    "pos_embed": "embeddings.position_embeddings",
+    "patch_embed.proj.weight": "embeddings.patch_embeddings.projection.weight",
+    "patch_embed.proj.bias": "embeddings.patch_embeddings.projection.bias",
+    "norm.weight": "layernorm.weight",
+    "norm.bias": "layernorm.bias",
+    "pre_logits.fc.weight": "pooler.dense.weight",
+    "pre_logits.fc.bias": "pooler.dense.bias",
+    "head.weight": "classifier.weight",
+    "head.bias": "classifier.bias",
+}
+
+
+def detect(state: StateDict, config: dict | None) -> bool:
+    return any(k.endswith("embeddings.patch_embeddings.projection.weight") for k in state)
+
+
+def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
+    if not config:
+        raise CheckpointError("a Hugging Face ViT needs its config.json beside the weights "
+                              "(load the folder save_pretrained wrote, not the bare file)")
+    if config.get("hidden_act", "gelu") != "gelu":
+        raise CheckpointError(f"hidden_act {config['hidden_act']!r} is not supported; vitkit's "
+                              "ViT uses exact GELU ('gelu')")
+    state = strip_prefix(state, "vit.")
+    state.pop("embeddings.mask_token", None)  # only used for masked-image-modelling
+    depth = depth_of(state, r"encoder\.layer\.(\d+)\.")
+    out: StateDict = {}
+    for ours, theirs in _TOP.items():
+        if theirs in state:
+            out[ours] = state.pop(theirs)
+    for i in range(depth):
+        hf = f"encoder.layer.{i}."
+        for part in ("weight", "bias"):
+            qkv = [state.pop(f"{hf}attention.attention.{n}.{part}", None)
+                   for n in ("query", "key", "value")]
+            if all(t is not None for t in qkv):
+                out[f"blocks.{i}.attn.qkv.{part}"] = torch.cat(qkv, 0)
+            for ours, theirs in _BLOCK.items():
+                if f"{hf}{theirs}.{part}" in state:
+                    out[f"blocks.{i}.{ours}.{part}"] = state.pop(f"{hf}{theirs}.{part}")
+    out.update(state)  # anything left is reported as unexpected by the strict load
+    patch = config.get("patch_size", 16)
+    img = config.get("image_size", 224)
+    img = (img, img) if isinstance(img, int) else tuple(img)
+    has_pooler = "pre_logits.fc.weight" in out
+    if has_pooler and config.get("pooler_act", "tanh") != "tanh":
+        raise CheckpointError(f"pooler_act {config['pooler_act']!r} is not supported (tanh is)")
+    kwargs = dict(
+        img_size=img, patch_size=patch, in_chans=config.get("num_channels", 3),
+        num_classes=out["head.weight"].shape[0] if "head.weight" in out else 0,
+        embed_dim=config["hidden_size"], depth=config["num_hidden_layers"],
+        num_heads=config["num_attention_heads"], mlp_dim=config["intermediate_size"],
+        qkv_bias=config.get("qkv_bias", True), norm_eps=config.get("layer_norm_eps", 1e-12),
+        pre_logits=out["pre_logits.fc.weight"].shape[0] if has_pooler else 0,
+    )
+    extra = {}
+    labels = config.get("id2label") or {}
+    if labels and "head.weight" in out and len(labels) == kwargs["num_classes"]:
+        extra["class_names"] = [labels[k] for k in sorted(labels, key=int)]
+    return out, kwargs, extra
+
+
+def from_vitkit(model) -> tuple[StateDict, dict]:
+    """vitkit model -> (HF state dict, HF ``config.json``) for ``ViTForImageClassification``
+    (or ``ViTModel`` with a pooler when the model has a pre-logits layer and no head)."""
+    cfg = model.cfg
+    problems = [msg for bad, msg in [
+        (cfg.pool != "cls" or not cfg.class_token, "pools by average (HF ViT pools [CLS])"),
+        (cfg.distilled, "is distilled (use --to timm for DeiT)"),
+        (cfg.num_reg_tokens > 0, "has register tokens"),
+        (cfg.no_embed_class, "has no position row for [CLS]"),
+        (cfg.pre_logits and cfg.num_classes, "has both a pre-logits layer and a head"),
+        (cfg.img_size[0] != cfg.img_size[1], "takes rectangular images"),
+    ] if bad]
+    if problems:
+        raise CheckpointError("cannot export to Hugging Face ViT: the model "
+                              + "; ".join(problems) + ". Export with --to timm or vitkit.")
+    state = model.state_dict()
+    rename = {ours: theirs for ours, theirs in _TOP.items()}
+    out: StateDict = {}
+    with_head = cfg.num_classes > 0
+    prefix = "vit." if with_head else ""
+    for key, value in state.items():
+        value = value.detach().contiguous()
+        if m := re.match(r"blocks\.(\d+)\.(.+)\.(weight|bias)$", key):
+            i, name, part = m.groups()
+            hf = f"{prefix}encoder.layer.{i}."
+            if name == "attn.qkv":
+                for n, t in zip(("query", "key", "value"), value.chunk(3, 0), strict=True):
+                    out[f"{hf}attention.attention.{n}.{part}"] = t.contiguous()
+            else:
+                out[f"{hf}{_BLOCK[name]}.{part}"] = value
+        elif key.startswith("head."):
+            out[rename[key]] = value
+        else:
+            out[prefix + rename[key]] = value
+    config = {
+        "architectures": ["ViTForImageClassification" if with_head else "ViTModel"],
+        "model_type": "vit",
+        "hidden_size": cfg.embed_dim, "num_hidden_layers": cfg.depth,
+        "num_attention_heads": cfg.num_heads, "intermediate_size": cfg.mlp_dim,
+        "hidden_act": "gelu", "layer_norm_eps": cfg.norm_eps, "image_size": cfg.img_size[0],
+        "patch_size": cfg.patch_size, "num_channels": cfg.in_chans, "qkv_bias": cfg.qkv_bias,
+        "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+    }
+    if cfg.pre_logits:
+        config.update(pooler_output_size=cfg.pre_logits, pooler_act="tanh")
+    if with_head:
+        names = cfg.extra.get("class_names") or [f"LABEL_{i}" for i in range(cfg.num_classes)]
+        config["id2label"] = {str(i): n for i, n in enumerate(names)}
+        config["label2id"] = {n: i for i, n in enumerate(names)}
+    return out, config

@@ -1,0 +1,370 @@
+"""Read any supported checkpoint safely, build the model it describes, and write checkpoints.
+
+Only safe readers are used: safetensors, ``numpy.load(allow_pickle=False)`` and
+``torch.load(weights_only=True)``; nothing in a checkpoint is ever executed. Every write goes
+to a temporary file in the destination folder and is renamed into place, so a crash never
+leaves a half-written checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import safetensors
+import safetensors.torch
+import torch
+
+from vitkit.checkpoints import deit, hf, jax, timm, torchvision
+from vitkit.checkpoints.common import CheckpointError, StateDict, infer_num_heads, strip_prefix
+from vitkit.models.pos_embed import Grid, to_grid
+from vitkit.models.vit import VisionTransformer, ViTConfig
+
+FORMATS = [deit, timm, hf, torchvision, jax]  # detection order: DeiT is timm with a dist_token
+EXPORTS = ("vitkit", "timm", "hf", "jax", "torchvision")
+_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "open_clip_model.safetensors")
+_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".npz", ".ckpt")
+
+
+@dataclass
+class Checkpoint:
+    """Tensors read from disk, the config that came with them, and where they came from."""
+
+    state: StateDict
+    config: dict | None
+    path: Path
+    vitkit_config: dict | None = None  # present in files vitkit wrote
+
+
+def say(message: str, verbose: bool = True) -> None:
+    if verbose:
+        print(f"vitkit: {message}", file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------------- reading
+def _read_safetensors(path: Path) -> tuple[StateDict, dict]:
+    try:
+        with safetensors.safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+            return {k: f.get_tensor(k) for k in f.keys()}, metadata  # noqa: SIM118
+    except Exception as err:  # the Rust reader raises its own types for every corruption
+        raise CheckpointError(
+            f"cannot read {path} as safetensors ({os.path.getsize(path):,} bytes): the file is "
+            f"truncated or corrupt ({err}). Download or copy it again."
+        ) from err
+
+
+def _read_npz(path: Path) -> StateDict:
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            return {k: torch.from_numpy(np.ascontiguousarray(arrays[k])) for k in arrays.files}
+    except ValueError as err:
+        raise CheckpointError(f"refused {path}: it holds pickled Python objects, which vitkit "
+                              f"never loads ({err}). Save the arrays with numpy.savez.") from err
+    except (zipfile.BadZipFile, EOFError, OSError) as err:
+        raise CheckpointError(f"cannot read {path} as .npz: the file is truncated or corrupt "
+                              f"({err}). Download or copy it again.") from err
+
+
+def _read_torch(path: Path) -> StateDict:
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise CheckpointError(
+            f"refused {path}: loading it would execute code stored in the file (a pickle that "
+            f"needs more than tensors and plain containers). vitkit loads with "
+            f"torch.load(weights_only=True) only. If you trust the file, re-save just its "
+            f"tensors where it was made: safetensors.torch.save_file(state_dict, "
+            f"'model.safetensors')."
+        ) from err
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as err:
+        raise CheckpointError(
+            f"cannot read {path} ({os.path.getsize(path):,} bytes): the file is truncated or "
+            f"corrupt, or not a PyTorch checkpoint ({err}). Download or copy it again."
+        ) from err
+    return _unwrap(obj, path)
+
+
+def _unwrap(obj, path: Path) -> StateDict:
+    """Find the state dict inside a training checkpoint (``{"model": ...}`` and the like)."""
+    for _ in range(3):
+        if not isinstance(obj, dict):
+            break
+        if obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+            return strip_prefix(obj, "module.")
+        inner = next((obj[k] for k in ("state_dict", "model", "module", "model_state_dict")
+                      if isinstance(obj.get(k), dict)), None)
+        if inner is None:
+            break
+        obj = inner
+    found = sorted(obj)[:8] if isinstance(obj, dict) else type(obj).__name__
+    raise CheckpointError(f"{path} holds no state dict of tensors (found {found}); expected a "
+                          "dict of tensors, possibly under 'model' or 'state_dict'")
+
+
+def _read_file(path: Path) -> tuple[StateDict, dict]:
+    """Tensors and safetensors metadata (empty for other formats)."""
+    if path.suffix == ".safetensors":
+        return _read_safetensors(path)
+    if path.suffix == ".npz":
+        return _read_npz(path), {}
+    return _read_torch(path), {}
+
+
+def _weights_in(folder: Path) -> list[Path]:
+    index = folder / "model.safetensors.index.json"
+    if index.exists():  # sharded Hugging Face checkpoint
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [folder / s for s in shards]
+    for name in _WEIGHT_FILES:
+        if (folder / name).exists():
+            return [folder / name]
+    candidates = sorted(p for p in folder.iterdir() if p.suffix in _SUFFIXES)
+    if len(candidates) == 1:
+        return candidates
+    raise CheckpointError(
+        f"{folder} has {'no' if not candidates else len(candidates)} weight files; expected "
+        f"one of {', '.join(_WEIGHT_FILES)}, or a single {'/'.join(_SUFFIXES)} file"
+        + (f" (found {', '.join(p.name for p in candidates)})" if candidates else "")
+    )
+
+
+def read_checkpoint(source: str | os.PathLike) -> Checkpoint:
+    """Read a checkpoint file or folder into tensors plus its config, safely."""
+    path = Path(source)
+    if not path.exists():
+        raise CheckpointError(f"no such file or folder: {path}")
+    config = None
+    if path.is_dir():
+        files = _weights_in(path)
+        if (path / "config.json").exists():
+            config = json.loads((path / "config.json").read_text())
+        if (path / "preprocessor_config.json").exists() and config is not None:
+            config["preprocessor"] = json.loads((path / "preprocessor_config.json").read_text())
+    else:
+        files = [path]
+    state: StateDict = {}
+    metadata: dict = {}
+    for f in files:
+        part, meta = _read_file(f)
+        state.update(part)
+        metadata.update(meta)
+    vitkit_config = json.loads(metadata["vitkit_config"]) if "vitkit_config" in metadata else None
+    return Checkpoint(state, config, path, vitkit_config)
+
+
+def detect_format(ckpt: Checkpoint) -> str:
+    """'vitkit', 'deit', 'timm', 'hf', 'torchvision' or 'jax', from the keys and files."""
+    if ckpt.vitkit_config is not None:
+        return "vitkit"
+    for fmt in FORMATS:
+        if fmt.detect(ckpt.state, ckpt.config):
+            return fmt.NAME
+    sample = ", ".join(sorted(ckpt.state)[:6])
+    raise CheckpointError(
+        f"{ckpt.path} is not a ViT checkpoint vitkit knows (keys start: {sample}). Supported: "
+        "timm/DeiT (patch_embed.proj.weight), Hugging Face ViT (embeddings.patch_embeddings), "
+        "torchvision (conv_proj.weight), JAX .npz (embedding/kernel), vitkit .safetensors"
+    )
+
+
+# ----------------------------------------------------------------------------------- loading
+def load_state(model: VisionTransformer, state: StateDict, strict: bool = True,
+               verbose: bool = True) -> None:
+    """Copy ``state`` into ``model``, refusing every missing, unexpected or mis-shaped key.
+
+    Shapes must always agree. With ``strict=False`` missing keys keep their initial values and
+    unexpected keys are ignored, each listed on stderr; nothing is ever loaded misaligned.
+    """
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    misshaped = [f"  {k}: checkpoint {tuple(state[k].shape)} vs model {tuple(expected[k].shape)}"
+                 for k in expected if k in state and state[k].shape != expected[k].shape]
+    if misshaped or (strict and (missing or unexpected)):
+        lines = ["the checkpoint does not fit the model it describes:"]
+        if misshaped:
+            lines += ["mis-shaped keys:"] + misshaped
+        if missing and strict:
+            lines += ["missing keys:"] + [f"  {k}" for k in missing]
+        if unexpected and strict:
+            lines += ["unexpected keys:"] + [f"  {k}" for k in unexpected]
+        lines.append("A different resolution or class count is handled by img_size= and "
+                     "num_classes=; anything else means a different architecture.")
+        raise CheckpointError("\n".join(lines))
+    if missing:
+        say(f"strict=False: {len(missing)} missing keys keep their initial values: "
+            f"{', '.join(missing)}", verbose)
+    if unexpected:
+        say(f"strict=False: {len(unexpected)} unexpected keys ignored: {', '.join(unexpected)}",
+            verbose)
+    model.load_state_dict({k: v for k, v in state.items() if k in expected}, strict=False)
+
+
+def _describe(ckpt: Checkpoint, fmt: str, notes: list[str], pre_logits: bool,
+              num_classes: int | None, num_heads: int | None):
+    """The vitkit state dict and config a checkpoint describes."""
+    if fmt == "vitkit":
+        return dict(ckpt.state), dict(ckpt.vitkit_config)
+    module = {m.NAME: m for m in FORMATS}[fmt]
+    config = ckpt.config
+    state, kwargs, extra = module.to_vitkit(dict(ckpt.state), config, notes)
+    if num_heads is not None:
+        kwargs["num_heads"] = num_heads
+    elif kwargs.get("num_heads") is None:  # timm and torchvision weights do not store heads
+        kwargs["num_heads"] = infer_num_heads(
+            kwargs["embed_dim"], kwargs["depth"], kwargs["mlp_dim"], notes)
+    if not pre_logits and kwargs.get("pre_logits"):
+        if kwargs["num_classes"] and num_classes in (None, kwargs["num_classes"]):
+            raise CheckpointError("the head sits on the pre-logits layer: dropping that layer "
+                                  "needs a new head, so pass num_classes=N as well")
+        state = {k: v for k, v in state.items()
+                 if not k.startswith(("pre_logits.", "head."))}
+        kwargs.update(pre_logits=0, num_classes=0)
+        notes.append("pre-logits layer dropped as asked")
+    preprocessor = (config or {}).get("preprocessor") or {}
+    for ours, theirs in (("mean", "image_mean"), ("std", "image_std")):
+        if theirs in preprocessor:
+            extra[ours] = list(preprocessor[theirs])
+    kwargs["extra"] = {**extra, "source_format": fmt}
+    return state, kwargs
+
+
+def load_model(
+    source: str | os.PathLike,
+    num_classes: int | None = None,
+    img_size: Grid | None = None,
+    strict: bool = True,
+    *,
+    pre_logits: bool = True,
+    num_heads: int | None = None,
+    verbose: bool = True,
+) -> VisionTransformer:
+    """Build the ViT a checkpoint file or folder describes and load its weights.
+
+    The format (timm, DeiT, Hugging Face, torchvision, JAX .npz, vitkit) is detected from the
+    keys and files, and the architecture inferred from them and their config. ``num_classes``
+    different from the checkpoint's puts a fresh head on; ``img_size`` different from its
+    resolution interpolates the position table; each is said in one line on stderr. Anything
+    else that does not fit is a :class:`CheckpointError` listing every offending key.
+    ``pre_logits=False`` drops a pre-logits / pooler layer (JAX, torchvision, HF ``ViTModel``);
+    ``num_heads`` overrides the head count where the weights cannot tell (timm, torchvision).
+    """
+    ckpt = read_checkpoint(source)
+    fmt = detect_format(ckpt)
+    notes: list[str] = []
+    state, kwargs = _describe(ckpt, fmt, notes, pre_logits, num_classes, num_heads)
+    model = VisionTransformer(ViTConfig(**kwargs))
+    load_state(model, state, strict, verbose)
+    for note in notes:
+        say(note, verbose)
+    if num_classes is not None and num_classes != model.num_classes:
+        say(f"head replaced: the checkpoint has {model.num_classes} classes, the new head has "
+            f"{num_classes} (randomly initialised)", verbose)
+        model.reset_classifier(num_classes)
+        model.cfg.extra.pop("class_names", None)
+    if img_size is not None and to_grid(img_size) != model.cfg.img_size:
+        old, old_img = model.grid_size, model.cfg.img_size
+        model.set_img_size(img_size)
+        new = model.grid_size
+        say(f"position table interpolated from a {old[0]}x{old[1]} grid "
+            f"({old_img[0]}x{old_img[1]}) to {new[0]}x{new[1]} "
+            f"({model.cfg.img_size[0]}x{model.cfg.img_size[1]}), bicubic", verbose)
+    return model.eval()
+
+
+# ----------------------------------------------------------------------------------- writing
+def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
+    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _save_safetensors(state: StateDict, path: Path, metadata: dict[str, str]) -> Path:
+    state = {k: v.detach().contiguous().cpu() for k, v in state.items()}
+    return atomic_write(path, lambda tmp: safetensors.torch.save_file(state, tmp, metadata))
+
+
+def _save_json(obj: dict, path: Path) -> Path:
+    return atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2) + "\n"))
+
+
+def save_model(model: VisionTransformer, path: str | os.PathLike) -> Path:
+    """Write vitkit's own format: one ``.safetensors`` whose metadata rebuilds the model.
+
+    The metadata holds the whole :class:`ViTConfig` (dims, patch, grid, pooling, eps, prefix
+    tokens) and its ``extra`` (name, mean/std, class names), as JSON under ``vitkit_config``.
+    """
+    path = Path(path)
+    if path.suffix != ".safetensors":
+        raise CheckpointError(f"vitkit checkpoints are .safetensors files; got {path.name!r}. "
+                              "Use a name ending in .safetensors.")
+    metadata = {"format": "pt", "vitkit_config": json.dumps(model.cfg.to_dict())}
+    return _save_safetensors(model.state_dict(), path, metadata)
+
+
+def export(model: VisionTransformer, dst: str | os.PathLike, to: str = "vitkit") -> Path:
+    """Write ``model`` in another codebase's layout.
+
+    - ``vitkit``: a ``.safetensors`` file (see :func:`save_model`).
+    - ``timm``: a ``.safetensors``/``.pth``/``.bin`` state dict, or a folder (hub style:
+      ``config.json`` + ``model.safetensors``) when ``dst`` has no suffix.
+    - ``hf``: a folder for ``ViTForImageClassification.from_pretrained`` (``ViTModel`` when the
+      model has no head).
+    - ``jax``: a ``.npz`` in google-research/vision_transformer's layout.
+    - ``torchvision``: a ``.pth`` state dict for ``torchvision.models.VisionTransformer``.
+    """
+    dst = Path(dst)
+    if to not in EXPORTS:
+        raise CheckpointError(f"unknown export format {to!r}; choose one of {', '.join(EXPORTS)}")
+    if to == "vitkit":
+        return save_model(model, dst)
+    if to == "jax":
+        arrays = jax.from_vitkit(model)
+        if dst.suffix != ".npz":
+            raise CheckpointError(f"JAX checkpoints are .npz files; got {dst.name!r}")
+        return atomic_write(dst, lambda tmp: np.savez(tmp, **arrays))
+    module = {"timm": timm, "hf": hf, "torchvision": torchvision}[to]
+    state, config = module.from_vitkit(model)
+    if to == "hf" or (to == "timm" and not dst.suffix):
+        dst.mkdir(parents=True, exist_ok=True)
+        _save_safetensors(state, dst / "model.safetensors", {"format": "pt"})
+        _save_json(config, dst / "config.json")
+        return dst
+    if dst.suffix == ".safetensors":
+        return _save_safetensors(state, dst, {"format": "pt"})
+    return atomic_write(dst, lambda tmp: torch.save(state, tmp))
+
+
+def convert(src: str | os.PathLike, dst: str | os.PathLike, to: str | None = None,
+            img_size: Grid | None = None, num_classes: int | None = None,
+            verbose: bool = True) -> Path:
+    """Load ``src`` (any format), optionally resize / re-head it, and write ``dst``.
+
+    ``to=None`` keeps the source's format where vitkit can write it (DeiT is written in timm's
+    layout, which is DeiT's own); otherwise vitkit's format.
+    """
+    model = load_model(src, num_classes=num_classes, img_size=img_size, verbose=verbose)
+    if to is None:
+        source = model.cfg.extra.get("source_format", "vitkit")
+        to = "timm" if source == "deit" else source
+    out = export(model, dst, to)
+    say(f"wrote {out} ({to})", verbose)
+    return out

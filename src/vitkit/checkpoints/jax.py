@@ -1,0 +1,162 @@
+"""The original JAX ``.npz`` checkpoints: google-research/vision_transformer and big_vision.
+
+Layouts read (``prefix`` is '', ``opt/target/``, ``params/`` or ``params/img/``):
+- vision_transformer: ``Transformer/encoderblock_{i}/`` with ``LayerNorm_0``, ``LayerNorm_2``,
+  ``MultiHeadDotProductAttention_1``, ``MlpBlock_3``; the position table
+  ``Transformer/posembed_input/pos_embedding`` has a [CLS] row when there is a ``cls``.
+- big_vision: ``LayerNorm_0``, ``LayerNorm_1``, ``MultiHeadDotProductAttention_0``,
+  ``MlpBlock_0``, either per block or stacked along a leading depth axis
+  (``Transformer/encoderblock/``, from ``nn.scan``); ``pos_embedding`` covers the patches only.
+Kernels: patch embedding HWIO -> OIHW; dense (in, out) -> (out, in); attention query/key/value
+(D, heads, d) -> (heads*d, D) fused into qkv; attention out (heads, d, D) -> (D, heads*d).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from vitkit.checkpoints.common import CheckpointError, StateDict, infer_grid
+
+NAME = "jax"
+_EPS_KEY = "vitkit/norm_eps"  # written only when eps is not JAX's 1e-6 (e.g. from HF's 1e-12)
+_PREFIXES = ("opt/target/", "params/img/", "params/", "")
+
+
+def detect(state: StateDict, config: dict | None) -> bool:
+    return any(f"{p}embedding/kernel" in state for p in _PREFIXES)
+
+
+def _layout(state: StateDict) -> tuple[str, bool, bool]:
+    """(prefix, big_vision naming, stacked blocks)."""
+    prefix = next(p for p in _PREFIXES if f"{p}embedding/kernel" in state)
+    stacked = f"{prefix}Transformer/encoderblock/LayerNorm_0/scale" in state
+    big_vision = stacked or f"{prefix}pos_embedding" in state or prefix.startswith("params/")
+    return prefix, big_vision, stacked
+
+
+def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
+    prefix, big_vision, stacked = _layout(state)
+    w = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    left = set(w)
+
+    def take(key: str, idx: int | None = None) -> torch.Tensor:
+        if key not in w:
+            raise CheckpointError(f"JAX checkpoint is missing {prefix + key!r}")
+        left.discard(key)
+        t = w[key]
+        return t[idx] if idx is not None else t
+
+    emb = take("embedding/kernel")  # (P, P, C, D) HWIO
+    if emb.dim() != 4:
+        raise CheckpointError(f"embedding/kernel should be HWIO (P, P, C, D), got "
+                              f"{tuple(emb.shape)}; flattened (NaFlex) patch embeddings are not "
+                              "supported")
+    patch, in_chans, width = emb.shape[0], emb.shape[2], emb.shape[3]
+    out: StateDict = {
+        "patch_embed.proj.weight": emb.permute(3, 2, 0, 1),
+        "patch_embed.proj.bias": take("embedding/bias"),
+    }
+    class_token = "cls" in w
+    if class_token:
+        out["cls_token"] = take("cls").reshape(1, 1, width)
+    pos_key = "pos_embedding" if big_vision else "Transformer/posembed_input/pos_embedding"
+    out["pos_embed"] = take(pos_key).reshape(1, -1, width)
+    mha, ln2, mlp = ("MultiHeadDotProductAttention_0", "LayerNorm_1", "MlpBlock_0") if big_vision \
+        else ("MultiHeadDotProductAttention_1", "LayerNorm_2", "MlpBlock_3")
+    if stacked:
+        depth = w["Transformer/encoderblock/LayerNorm_0/scale"].shape[0]
+    else:
+        depth = len({k.split("/")[1] for k in w if k.startswith("Transformer/encoderblock_")})
+    if depth == 0:
+        raise CheckpointError("JAX checkpoint has no Transformer/encoderblock_N")
+    heads = None
+    for i in range(depth):
+        b, idx = (("Transformer/encoderblock/", i) if stacked
+                  else (f"Transformer/encoderblock_{i}/", None))
+        o = f"blocks.{i}."
+        out[o + "norm1.weight"] = take(b + "LayerNorm_0/scale", idx)
+        out[o + "norm1.bias"] = take(b + "LayerNorm_0/bias", idx)
+        q = [take(f"{b}{mha}/{n}/kernel", idx) for n in ("query", "key", "value")]  # (D, h, d)
+        heads = q[0].shape[1]
+        out[o + "attn.qkv.weight"] = torch.cat([k.flatten(1).T for k in q], 0)
+        out[o + "attn.qkv.bias"] = torch.cat(
+            [take(f"{b}{mha}/{n}/bias", idx).reshape(-1) for n in ("query", "key", "value")])
+        out[o + "attn.proj.weight"] = take(f"{b}{mha}/out/kernel", idx).flatten(0, 1).T  # (D, h*d)
+        out[o + "attn.proj.bias"] = take(f"{b}{mha}/out/bias", idx)
+        out[o + "norm2.weight"] = take(f"{b}{ln2}/scale", idx)
+        out[o + "norm2.bias"] = take(f"{b}{ln2}/bias", idx)
+        for j in (0, 1):
+            out[o + f"mlp.fc{j + 1}.weight"] = take(f"{b}{mlp}/Dense_{j}/kernel", idx).T
+            out[o + f"mlp.fc{j + 1}.bias"] = take(f"{b}{mlp}/Dense_{j}/bias", idx)
+    out["norm.weight"] = take("Transformer/encoder_norm/scale")
+    out["norm.bias"] = take("Transformer/encoder_norm/bias")
+    pre = 0
+    if "pre_logits/kernel" in w:
+        out["pre_logits.fc.weight"] = take("pre_logits/kernel").T
+        out["pre_logits.fc.bias"] = take("pre_logits/bias")
+        pre = out["pre_logits.fc.weight"].shape[0]
+    num_classes = 0
+    if "head/kernel" in w:
+        out["head.weight"] = take("head/kernel").T
+        out["head.bias"] = take("head/bias")
+        num_classes = out["head.weight"].shape[0]
+    norm_eps = float(take(_EPS_KEY)) if _EPS_KEY in w else 1e-6
+    if any(k.startswith("MAPHead") for k in left):
+        raise CheckpointError("this checkpoint pools with a MAP head (attention pooling), which "
+                              "vitkit does not support; use a 'tok' or 'gap' checkpoint")
+    out.update({f"jax:{prefix}{k}": w[k] for k in left})  # reported as unexpected by the loader
+    prefix_tokens = int(class_token)
+    grid, has_prefix = infer_grid(out["pos_embed"].shape[1], prefix_tokens,
+                                  (config or {}).get("img_size"), patch)
+    kwargs = dict(
+        img_size=(grid[0] * patch, grid[1] * patch), patch_size=patch, in_chans=in_chans,
+        num_classes=num_classes, embed_dim=width, depth=depth, num_heads=heads,
+        mlp_dim=out["blocks.0.mlp.fc1.weight"].shape[0], pool="cls" if class_token else "avg",
+        class_token=class_token, no_embed_class=class_token and not has_prefix,
+        pre_logits=pre, norm_eps=norm_eps,
+    )
+    return out, kwargs, {"mean": [0.5] * 3, "std": [0.5] * 3}
+
+
+def from_vitkit(model) -> dict[str, np.ndarray]:
+    """vitkit model -> arrays in google-research/vision_transformer's npz layout."""
+    cfg = model.cfg
+    if cfg.distilled or cfg.num_reg_tokens or cfg.fc_norm or cfg.no_embed_class:
+        raise CheckpointError("the JAX ViT layout has no distillation/register tokens, fc_norm "
+                              "or patch-only position tables; export with --to timm")
+    s = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
+    h, d = cfg.num_heads, cfg.embed_dim // cfg.num_heads
+    out = {
+        "embedding/kernel": s["patch_embed.proj.weight"].permute(2, 3, 1, 0),
+        "embedding/bias": s["patch_embed.proj.bias"],
+        "Transformer/posembed_input/pos_embedding": s["pos_embed"],
+        "Transformer/encoder_norm/scale": s["norm.weight"],
+        "Transformer/encoder_norm/bias": s["norm.bias"],
+    }
+    if cfg.class_token:
+        out["cls"] = s["cls_token"]
+    for i in range(cfg.depth):
+        b, o = f"Transformer/encoderblock_{i}/", f"blocks.{i}."
+        mha = b + "MultiHeadDotProductAttention_1/"
+        for ln, norm in (("LayerNorm_0", "norm1"), ("LayerNorm_2", "norm2")):
+            out[f"{b}{ln}/scale"] = s[f"{o}{norm}.weight"]
+            out[f"{b}{ln}/bias"] = s[f"{o}{norm}.bias"]
+        for n, wt, bs in zip(("query", "key", "value"), s[o + "attn.qkv.weight"].chunk(3),
+                             s[o + "attn.qkv.bias"].chunk(3), strict=True):
+            out[mha + f"{n}/kernel"] = wt.T.reshape(cfg.embed_dim, h, d)
+            out[mha + f"{n}/bias"] = bs.reshape(h, d)
+        out[mha + "out/kernel"] = s[o + "attn.proj.weight"].T.reshape(h, d, cfg.embed_dim)
+        out[mha + "out/bias"] = s[o + "attn.proj.bias"]
+        for j in (0, 1):
+            out[b + f"MlpBlock_3/Dense_{j}/kernel"] = s[o + f"mlp.fc{j + 1}.weight"].T
+            out[b + f"MlpBlock_3/Dense_{j}/bias"] = s[o + f"mlp.fc{j + 1}.bias"]
+    if cfg.pre_logits:
+        out["pre_logits/kernel"] = s["pre_logits.fc.weight"].T
+        out["pre_logits/bias"] = s["pre_logits.fc.bias"]
+    if cfg.num_classes:
+        out["head/kernel"] = s["head.weight"].T
+        out["head/bias"] = s["head.bias"]
+    if cfg.norm_eps != 1e-6:
+        out[_EPS_KEY] = torch.tensor(cfg.norm_eps, dtype=torch.float64)
+    return {k: v.contiguous().numpy() for k, v in out.items()}

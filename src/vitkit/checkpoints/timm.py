@@ -1,0 +1,111 @@
+"""timm ViT state dicts and hub folders. vitkit's parameter names are timm's, so the keys map
+one to one; what the weights do not say (heads, pooling, eps, resolution) comes from a
+``config.json`` when there is one, else from the family table."""
+
+from __future__ import annotations
+
+import re
+
+from vitkit.checkpoints.common import CheckpointError, StateDict, infer_grid
+from vitkit.models.registry import MODEL_ARGS
+
+NAME = "timm"
+
+
+def detect(state: StateDict, config: dict | None) -> bool:
+    return "patch_embed.proj.weight" in state
+
+
+def depth_of(state: StateDict, pattern: str) -> int:
+    """Number of blocks: one more than the largest index matched by ``pattern``'s group."""
+    indices = {int(m.group(1)) for k in state if (m := re.match(pattern, k))}
+    if not indices:
+        raise CheckpointError(f"no transformer blocks found (no key matches {pattern!r})")
+    return max(indices) + 1
+
+
+def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
+    """timm keys -> (vitkit state dict, VisionTransformer kwargs, metadata)."""
+    config = config or {}
+    model_args = dict(config.get("model_args") or {})
+    arch = config.get("architecture")
+    if arch in MODEL_ARGS:
+        model_args = {**MODEL_ARGS[arch], **model_args}
+    w = state["patch_embed.proj.weight"]  # (D, C, P, P)
+    width, in_chans, patch = w.shape[0], w.shape[1], w.shape[2]
+    depth = depth_of(state, r"blocks\.(\d+)\.")
+    mlp_dim = state["blocks.0.mlp.fc1.weight"].shape[0]
+    class_token = "cls_token" in state
+    distilled = "dist_token" in state
+    regs = state["reg_token"].shape[1] if "reg_token" in state else 0
+    fc_norm = "fc_norm.weight" in state
+    pool = "avg" if fc_norm or not class_token else "cls"
+    if config.get("global_pool") in ("avg", "token"):
+        pool = {"avg": "avg", "token": "cls"}[config["global_pool"]]
+    heads = model_args.get("num_heads")  # None: the loader infers it from the family table
+    prefix = int(class_token) + int(distilled) + regs
+    img_size = model_args.get("img_size")
+    input_size = (config.get("pretrained_cfg") or {}).get("input_size")
+    if img_size is None and input_size:
+        img_size = tuple(input_size[1:])  # (C, H, W) -> (H, W)
+    if isinstance(img_size, list):
+        img_size = tuple(img_size)
+    grid, has_prefix = infer_grid(state["pos_embed"].shape[1], prefix, img_size, patch)
+    pre_logits = state["pre_logits.fc.weight"].shape[0] if "pre_logits.fc.weight" in state else 0
+    kwargs = dict(
+        img_size=(grid[0] * patch, grid[1] * patch), patch_size=patch, in_chans=in_chans,
+        num_classes=state["head.weight"].shape[0] if "head.weight" in state else 0,
+        embed_dim=width, depth=depth, num_heads=heads, mlp_dim=mlp_dim, pool=pool,
+        class_token=class_token, distilled=distilled, num_reg_tokens=regs,
+        no_embed_class=prefix > 0 and not has_prefix, fc_norm=fc_norm,
+        qkv_bias="blocks.0.attn.qkv.bias" in state, pre_logits=pre_logits,
+        norm_eps=config.get("norm_eps", 1e-6),
+    )
+    return dict(state), kwargs, _metadata(config)
+
+
+def _metadata(config: dict) -> dict:
+    pretrained = config.get("pretrained_cfg") or {}
+    extra = {k: list(pretrained[k]) for k in ("mean", "std") if k in pretrained}
+    if config.get("label_names"):
+        extra["class_names"] = list(config["label_names"])
+    if config.get("architecture"):
+        extra["name"] = config["architecture"]
+    return extra
+
+
+def from_vitkit(model) -> tuple[StateDict, dict]:
+    """vitkit model -> (timm state dict, timm hub ``config.json``)."""
+    cfg = model.cfg
+    if cfg.pre_logits:
+        raise CheckpointError("timm's VisionTransformer has no pre-logits layer; export this "
+                              "model with --to vitkit, hf or jax instead")
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    model_args = dict(
+        img_size=list(cfg.img_size), patch_size=cfg.patch_size, in_chans=cfg.in_chans,
+        embed_dim=cfg.embed_dim, depth=cfg.depth, num_heads=cfg.num_heads,
+        mlp_ratio=cfg.mlp_dim / cfg.embed_dim, qkv_bias=cfg.qkv_bias,
+        class_token=cfg.class_token, reg_tokens=cfg.num_reg_tokens,
+        no_embed_class=cfg.no_embed_class, fc_norm=cfg.fc_norm,
+        global_pool={"cls": "token", "avg": "avg"}[cfg.pool],
+    )
+    name = cfg.extra.get("name", "vit_custom")
+    if cfg.distilled:
+        name = name if name.startswith("deit") else "deit_distilled_custom"
+    config = {
+        "architecture": name,
+        "num_classes": cfg.num_classes,
+        "num_features": cfg.embed_dim,
+        "global_pool": model_args["global_pool"],
+        "model_args": model_args,
+        "norm_eps": cfg.norm_eps,  # timm's ViT fixes 1e-6; kept here for vitkit to read back
+        "pretrained_cfg": {
+            "input_size": [cfg.in_chans, *cfg.img_size],
+            "mean": cfg.extra.get("mean", [0.5] * 3),
+            "std": cfg.extra.get("std", [0.5] * 3),
+            "num_classes": cfg.num_classes,
+        },
+    }
+    if cfg.extra.get("class_names"):
+        config["label_names"] = list(cfg.extra["class_names"])
+    return state, config

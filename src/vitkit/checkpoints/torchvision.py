@@ -1,0 +1,79 @@
+"""torchvision ``vit_b_16`` and friends: ``nn.MultiheadAttention`` blocks (``in_proj_weight`` is
+vitkit's fused qkv, same q/k/v order), ``heads.head`` and an optional ``heads.pre_logits``
+(Linear + tanh). The key names map one to one."""
+
+from __future__ import annotations
+
+import re
+
+from vitkit.checkpoints.common import CheckpointError, StateDict, infer_grid
+from vitkit.checkpoints.timm import depth_of
+
+NAME = "torchvision"
+
+_L = "encoder.layers.encoder_layer_{i}."
+# (vitkit pattern, torchvision pattern); blocks use "{i}".
+_RENAMES = [
+    ("cls_token", "class_token"),
+    ("pos_embed", "encoder.pos_embedding"),
+    ("patch_embed.proj.", "conv_proj."),
+    ("blocks.{i}.norm1.", _L + "ln_1."),
+    ("blocks.{i}.attn.qkv.weight", _L + "self_attention.in_proj_weight"),
+    ("blocks.{i}.attn.qkv.bias", _L + "self_attention.in_proj_bias"),
+    ("blocks.{i}.attn.proj.", _L + "self_attention.out_proj."),
+    ("blocks.{i}.norm2.", _L + "ln_2."),
+    ("blocks.{i}.mlp.fc1.", _L + "mlp.0."),
+    ("blocks.{i}.mlp.fc2.", _L + "mlp.3."),
+    ("norm.", "encoder.ln."),
+    ("pre_logits.fc.", "heads.pre_logits."),
+    ("head.", "heads.head."),
+]
+# torchvision < 0.13 named the MLP layers linear_1 / linear_2
+_LEGACY = {"mlp.linear_1.": "mlp.0.", "mlp.linear_2.": "mlp.3."}
+
+
+def detect(state: StateDict, config: dict | None) -> bool:
+    return "conv_proj.weight" in state and "encoder.pos_embedding" in state
+
+
+def _rename(key: str, rules: list[tuple[str, str]]) -> str:
+    """Rename by the first rule whose source (with ``{i}`` as a block index) is a prefix."""
+    for src, dst in rules:
+        pattern = "^" + re.escape(src).replace(r"\{i\}", r"(\d+)")
+        if m := re.match(pattern, key):
+            out = dst.replace("{i}", m.group(1)) if "{i}" in src else dst
+            return out + key[m.end():]
+    return key
+
+
+def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
+    for old, new in _LEGACY.items():
+        state = {k.replace(old, new): v for k, v in state.items()}
+    out = {_rename(k, [(b, a) for a, b in _RENAMES]): v for k, v in state.items()}
+    w = out["patch_embed.proj.weight"]
+    width, in_chans, patch = w.shape[0], w.shape[1], w.shape[2]
+    depth = depth_of(out, r"blocks\.(\d+)\.")
+    mlp_dim = out["blocks.0.mlp.fc1.weight"].shape[0]
+    grid, has_prefix = infer_grid(out["pos_embed"].shape[1], 1, None, patch)
+    if not has_prefix:
+        raise CheckpointError("torchvision ViT position table without a [CLS] row")
+    pre = out["pre_logits.fc.weight"].shape[0] if "pre_logits.fc.weight" in out else 0
+    kwargs = dict(
+        img_size=(grid[0] * patch, grid[1] * patch), patch_size=patch, in_chans=in_chans,
+        num_classes=out["head.weight"].shape[0] if "head.weight" in out else 0,
+        embed_dim=width, depth=depth, num_heads=None,  # not stored: the loader infers it
+        mlp_dim=mlp_dim, pre_logits=pre, norm_eps=1e-6,
+    )
+    return out, kwargs, {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+
+
+def from_vitkit(model) -> tuple[StateDict, dict]:
+    cfg = model.cfg
+    if cfg.pool != "cls" or cfg.distilled or cfg.num_reg_tokens or cfg.no_embed_class:
+        raise CheckpointError("torchvision's VisionTransformer has exactly one [CLS] token with "
+                              "a position row and pools it; export this model with --to timm")
+    state = {_rename(k, _RENAMES): v.detach().contiguous() for k, v in model.state_dict().items()}
+    args = dict(image_size=cfg.img_size[0], patch_size=cfg.patch_size, num_layers=cfg.depth,
+                num_heads=cfg.num_heads, hidden_dim=cfg.embed_dim, mlp_dim=cfg.mlp_dim,
+                num_classes=cfg.num_classes, representation_size=cfg.pre_logits or None)
+    return state, args

@@ -15,11 +15,25 @@ class RefBlock(nn.Module):
         self.ln2 = nn.LayerNorm(dim, eps=eps)
         self.mlp = nn.Sequential(nn.Linear(dim, mlp_dim), nn.GELU(), nn.Linear(mlp_dim, dim))
 
-    def forward(self, x):
+    def forward(self, x, explicit=False):
         h = self.ln1(x)
-        y, w = self.mha(h, h, h, need_weights=True, average_attn_weights=False)
+        if explicit:  # softmax(q k^T / sqrt(d)) written out, so the maps are in the graph
+            y, w = self._explicit(h)
+        else:
+            y, w = self.mha(h, h, h, need_weights=True, average_attn_weights=False)
         x = x + y
         return x + self.mlp(self.ln2(x)), w
+
+
+    def _explicit(self, h):
+        b, t, d = h.shape
+        heads = self.mha.num_heads
+        qkv = nn.functional.linear(h, self.mha.in_proj_weight, self.mha.in_proj_bias)
+        q, k, v = qkv.chunk(3, -1)
+        q, k, v = (z.reshape(b, t, heads, d // heads).transpose(1, 2) for z in (q, k, v))
+        w = torch.softmax(q @ k.transpose(-1, -2) / (d // heads) ** 0.5, dim=-1)
+        y = (w @ v).transpose(1, 2).reshape(b, t, d)
+        return self.mha.out_proj(y), w
 
 
 class RefViT(nn.Module):
@@ -37,12 +51,12 @@ class RefViT(nn.Module):
         self.ln = nn.LayerNorm(d, eps=cfg.norm_eps)
         self.head = nn.Linear(d, cfg.num_classes)
 
-    def forward(self, x):
+    def forward(self, x, explicit=False):
         x = self.conv(x).flatten(2).transpose(1, 2)
         x = torch.cat([self.prefix.expand(x.shape[0], -1, -1), x], 1) + self.pos
         maps = []
         for b in self.blocks:
-            x, w = b(x)
+            x, w = b(x, explicit)
             maps.append(w)
         p = self.cfg.num_prefix_tokens
         if self.cfg.pool == "cls":

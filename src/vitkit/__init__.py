@@ -1,5 +1,6 @@
 """vitkit: Vision Transformers you can build exactly, load from anywhere and look inside."""
 
+from vitkit import explain
 from vitkit.checkpoints import CheckpointError, convert, export, load_model, save_model
 from vitkit.models import (
     VisionTransformer,
@@ -11,6 +12,6 @@ from vitkit.models import (
 
 __version__ = "0.1.0"
 __all__ = [
-    "CheckpointError", "VisionTransformer", "ViTConfig", "convert", "create_model", "export",
-    "interpolate_pos_embed", "list_models", "load_model", "save_model",
+    "CheckpointError", "VisionTransformer", "ViTConfig", "convert", "create_model", "explain",
+    "export", "interpolate_pos_embed", "list_models", "load_model", "save_model",
 ]

@@ -31,6 +31,33 @@ def _cmd_convert(args: argparse.Namespace) -> None:
     convert(args.src, args.dst, to=args.to, img_size=args.img_size, num_classes=args.num_classes)
 
 
+def _head(text: str) -> int | str:
+    if text in ("mean", "max", "min"):
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a head index or mean/max/min, got {text!r}") from None
+
+
+def _cmd_attention(args: argparse.Namespace) -> None:
+    from vitkit.checkpoints import load_model
+    from vitkit.explain.run import explain_images
+
+    model = load_model(args.checkpoint)
+    reports = explain_images(model, args.images, args.out, method=args.method, layer=args.layer,
+                             head=args.head, faithfulness=args.faithfulness, top_k=args.top_k)
+    for r in reports:
+        print(f"{r.path}:")
+        for rank, (name, p) in enumerate(r.top, 1):
+            print(f"  {rank}. {name}  {p:.3f}")
+        for name, scores in r.faithfulness.items():
+            print(f"  faithfulness {name:<12} deletion AUC {scores['deletion_auc']:.3f}  "
+                  f"insertion AUC {scores['insertion_auc']:.3f}")
+        print("  wrote " + ", ".join(str(f) for f in r.files))
+
+
 def _cmd_list(args: argparse.Namespace) -> None:
     print("\n".join(vitkit.list_models(args.pattern)))
 
@@ -66,6 +93,26 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--to", choices=formats, default="vitkit" if name == "convert" else None,
                        help="output format (convert: vitkit; resize: the source's format)")
         p.set_defaults(func=_cmd_convert)
+
+    from vitkit.explain.methods import METHODS
+
+    p = sub.add_parser(
+        "attention", help="what a model attends to: per-head maps, rollout, gradients",
+        description="Top-5 prediction, per-head [CLS] maps, a layers x heads mosaic and a chosen "
+                    "method's map for each image; PNG figures and raw .npy maps in --out.")
+    p.add_argument("images", nargs="+", help="image files (any format PIL reads)")
+    p.add_argument("--checkpoint", required=True, help="any checkpoint vitkit loads")
+    p.add_argument("--layer", type=int, default=-1, help="layer of the per-head figure (-1: last)")
+    p.add_argument("--head", type=_head, default=None,
+                   help="head index or mean/max/min for the single cls map (default: mean, "
+                        "said in the figure); the per-head figure shows every head")
+    p.add_argument("--method", choices=METHODS, default="rollout",
+                   help="attribution method (default: rollout)")
+    p.add_argument("--faithfulness", action="store_true",
+                   help="also run deletion/insertion against a random map and plot the curves")
+    p.add_argument("--top-k", type=int, default=5, help="predictions to print (default 5)")
+    p.add_argument("--out", required=True, help="folder for the figures and .npy maps")
+    p.set_defaults(func=_cmd_attention)
 
     p = sub.add_parser("list", help="registered model names",
                        description="Registered model names, optionally filtered.")

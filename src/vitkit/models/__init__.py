@@ -2,6 +2,9 @@
 
 from vitkit.models.pos_embed import interpolate_pos_embed
 from vitkit.models.registry import create_model, list_models
-from vitkit.models.vit import VisionTransformer, ViTConfig
+from vitkit.models.vit import AttentionMaps, VisionTransformer, ViTConfig
 
-__all__ = ["VisionTransformer", "ViTConfig", "create_model", "interpolate_pos_embed", "list_models"]
+__all__ = [
+    "AttentionMaps", "VisionTransformer", "ViTConfig", "create_model", "interpolate_pos_embed",
+    "list_models",
+]

@@ -98,6 +98,28 @@ def patch_grid(img_size: Grid, patch_size: int) -> tuple[int, int]:
     return h // patch_size, w // patch_size
 
 
+class AttentionMaps(list):
+    """Per-layer attention maps, each (B, heads, T, T), and what is needed to read them.
+
+    A plain list of tensors to anyone who indexes or iterates it, plus:
+    ``layers`` (the model layer of each entry), ``grid`` (gh, gw) of the input,
+    ``num_prefix_tokens`` (T = prefix + gh*gw) and ``readout``, the token rows the head reads:
+    ``(0,)`` for [CLS], ``(0, 1)`` for DeiT's [CLS] + distillation tokens, ``None`` for average
+    pooling over the patch tokens.
+    """
+
+    def __init__(self, maps: list[torch.Tensor], layers: list[int], grid: tuple[int, int],
+                 cfg: ViTConfig) -> None:
+        super().__init__(maps)
+        self.layers = list(layers)
+        self.grid = tuple(grid)
+        self.num_prefix_tokens = cfg.num_prefix_tokens
+        if cfg.pool == "avg":
+            self.readout = None
+        else:
+            self.readout = (0, 1) if cfg.distilled else (0,)
+
+
 class PatchEmbed(nn.Module):
     """(B, C, H, W) -> (B, gh*gw, D) with a Conv2d of kernel = stride = P."""
 
@@ -376,7 +398,8 @@ class VisionTransformer(nn.Module):
         x = self.norm(x)
         if not return_attn:
             return x
-        return x, [maps[i] for i in self._layers_with_maps(attn_layers)]
+        layers = self._layers_with_maps(attn_layers)
+        return x, AttentionMaps([maps[i] for i in layers], layers, grid, self.cfg)
 
     def pool(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, D) -> (B, D): the [CLS] output, or the mean of the patch tokens."""

@@ -1,0 +1,55 @@
+"""Reading image files for a model: any mode PIL opens (grey, palette, RGBA, CMYK, 16-bit)
+becomes 8-bit RGB, resized to the model's input and normalised with its mean/std."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+from PIL import Image
+
+DEFAULT_MEAN = DEFAULT_STD = (0.5, 0.5, 0.5)  # the original ViT / JAX preprocessing
+
+
+def to_rgb(img: Image.Image) -> Image.Image:
+    """Any PIL image -> 8-bit RGB. 16-bit greyscale is scaled, alpha is composited on white."""
+    if img.mode in ("I;16", "I;16B", "I;16L", "I"):
+        arr = np.asarray(img, dtype=np.float64)
+        top = 65535.0 if img.mode.startswith("I;16") or arr.max() > 255 else 255.0
+        img = Image.fromarray(np.clip(arr / top * 255.0, 0, 255).astype(np.uint8))
+    if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
+        img = img.convert("RGBA")
+        background = Image.new("RGBA", img.size, (255, 255, 255, 255))
+        img = Image.alpha_composite(background, img)
+    return img.convert("RGB")
+
+
+def resize_and_crop(img: Image.Image, size: tuple[int, int]) -> Image.Image:
+    """Scale (bicubic) so the image covers ``size`` (H, W) keeping its aspect, then centre-crop."""
+    h, w = size
+    scale = max(h / img.height, w / img.width)
+    new_w, new_h = max(w, round(img.width * scale)), max(h, round(img.height * scale))
+    img = img.resize((new_w, new_h), Image.Resampling.BICUBIC)
+    left, top = (new_w - w) // 2, (new_h - h) // 2
+    return img.crop((left, top, left + w, top + h))
+
+
+def load_image(path: str | os.PathLike, size: tuple[int, int],
+               mean=DEFAULT_MEAN, std=DEFAULT_STD) -> tuple[torch.Tensor, np.ndarray]:
+    """Image file -> (normalised tensor (3, H, W), the RGB picture (H, W, 3) in [0, 1]), resized
+    to cover ``size`` and centre-cropped (the aspect ratio is kept).
+
+    Raises ``ValueError`` naming the file when PIL cannot read it.
+    """
+    try:
+        with Image.open(path) as img:
+            img.load()
+            rgb = to_rgb(img)
+    except (OSError, SyntaxError) as err:
+        raise ValueError(f"cannot read image {path}: {err}") from err
+    rgb = resize_and_crop(rgb, size)
+    picture = np.asarray(rgb, dtype=np.float32) / 255.0  # (H, W, 3)
+    tensor = torch.from_numpy(picture).permute(2, 0, 1)
+    tensor = (tensor - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]
+    return tensor, picture

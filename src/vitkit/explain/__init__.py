@@ -1,0 +1,25 @@
+"""Seeing what a ViT attends to, and measuring how far a map can be trusted.
+
+- ``cls_attention``: [CLS] attention per head on the patch grid (never averaged by default).
+- ``attention_rollout``, ``readout_grid``: rollout over layers and its map on the grid.
+- ``attention_gradients``, ``grad_rollout``, ``chefer``, ``token_gradcam``: gradient methods.
+- ``explain_map``: any method by name -> (B, gh, gw).
+- ``metrics``: deletion / insertion, pointing game, mass in box; ``plot``: figures.
+"""
+
+from vitkit.explain.attention import cls_attention, fuse_heads, layout_of, readout_grid
+from vitkit.explain.gradients import (
+    Attribution,
+    attention_gradients,
+    chefer,
+    grad_rollout,
+    token_gradcam,
+)
+from vitkit.explain.methods import METHODS, Explanation, explain_map
+from vitkit.explain.rollout import attention_rollout, discard_lowest, rollout_fused
+
+__all__ = [
+    "METHODS", "Attribution", "Explanation", "attention_gradients", "attention_rollout",
+    "chefer", "cls_attention", "discard_lowest", "explain_map", "fuse_heads", "grad_rollout",
+    "layout_of", "readout_grid", "rollout_fused", "token_gradcam",
+]

@@ -1,0 +1,97 @@
+"""``vitkit attention``: explain image files with a checkpoint, writing figures and raw maps."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vitkit.data.images import DEFAULT_MEAN, DEFAULT_STD, load_image
+from vitkit.explain import plot
+from vitkit.explain.attention import METHODS_WITHOUT_CLS, cls_attention
+from vitkit.explain.methods import explain_map
+from vitkit.explain.metrics import deletion_insertion, random_maps
+
+
+@dataclass
+class ImageReport:
+    """What was found and written for one image."""
+
+    path: Path
+    top: list[tuple[str, float]]  # (class name, probability), best first
+    files: list[Path] = field(default_factory=list)
+    faithfulness: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def _class_name(model, index: int) -> str:
+    names = model.cfg.extra.get("class_names")
+    return names[index] if names and index < len(names) else f"class {index}"
+
+
+def explain_images(model, images: list[str | os.PathLike], out_dir: str | os.PathLike,
+                   method: str = "rollout", layer: int = -1, head: int | str | None = None,
+                   faithfulness: bool = False, top_k: int = 5) -> list[ImageReport]:
+    """For each image: top-k prediction, per-head [CLS] maps of ``layer``, a layers x heads
+    mosaic, ``method``'s map beside the per-head ones (PNG), and the raw maps (``.npy``).
+
+    ``head`` picks one head (or "mean"/"max"/"min") for the single ``cls`` map; the per-head
+    figures always show every head. A model that pools by average has no [CLS] maps: the
+    [CLS] figures are skipped and ``method="cls"`` is an error naming the methods that apply.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    has_cls = model.cfg.pool == "cls"
+    if method == "cls" and not has_cls:
+        raise ValueError("this model pools by average and has no [CLS] readout; methods that "
+                         f"apply: {', '.join(METHODS_WITHOUT_CLS)}")
+    mean = model.cfg.extra.get("mean", DEFAULT_MEAN)
+    std = model.cfg.extra.get("std", DEFAULT_STD)
+    reports = []
+    for path in images:
+        path = Path(path)
+        x, picture = load_image(path, model.cfg.img_size, mean, std)
+        x = x[None]  # (1, 3, H, W)
+        with torch.no_grad():
+            logits, maps = model(x, return_attn=True)
+        probs = logits.softmax(-1)[0]
+        k = min(top_k, probs.numel())
+        values, indices = probs.topk(k)
+        report = ImageReport(path, [(_class_name(model, int(i)), float(v))
+                                    for v, i in zip(values, indices, strict=True)])
+        stem = out / path.stem
+        panels: dict[str, np.ndarray] = {}
+        if has_cls:
+            cls_all = torch.stack([cls_attention(maps, layer=i)[0] for i in range(len(maps))])
+            np.save(f"{stem}_cls_attention.npy", cls_all.numpy())  # (layers, heads, gh, gw)
+            shown = layer % len(maps)
+            report.files += [
+                plot.save(plot.figure_heads(picture, cls_all[shown], shown), f"{stem}_heads.png"),
+                plot.save(plot.figure_mosaic(picture, cls_all), f"{stem}_mosaic.png"),
+                Path(f"{stem}_cls_attention.npy"),
+            ]
+            panels = {f"L{shown} h{h}": m for h, m in enumerate(cls_all[shown].numpy())}
+        chosen = head if head is not None else "mean"
+        explanation = explain_map(model, x, method, layer=layer, head=chosen)
+        grid_map = explanation.map[0]
+        label = f"cls ({chosen})" if method == "cls" else method
+        panels[label] = grid_map.numpy()
+        np.save(f"{stem}_{method}.npy", grid_map.numpy())
+        title = f"{path.name}: {report.top[0][0]} ({report.top[0][1]:.2f})"
+        report.files += [
+            plot.save(plot.figure_methods(picture, panels, title=title), f"{stem}_{method}.png"),
+            Path(f"{stem}_{method}.npy"),
+        ]
+        if faithfulness:
+            curves = {}
+            for name, m in ((method, explanation.map), ("random", random_maps(explanation.map))):
+                c = deletion_insertion(model, x, m, explanation.target)
+                curves[name] = (c.deletion[0].numpy(), c.insertion[0].numpy())
+                report.faithfulness[name] = {"deletion_auc": float(c.deletion_auc[0]),
+                                             "insertion_auc": float(c.insertion_auc[0])}
+            fig = plot.figure_curves(c.fractions.numpy(), curves, title=title)
+            report.files.append(plot.save(fig, f"{stem}_faithfulness.png"))
+        reports.append(report)
+    return reports

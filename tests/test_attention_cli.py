@@ -1,0 +1,64 @@
+"""`vitkit attention` end to end on real photographs shipped with scikit-learn."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sklearn.datasets
+from PIL import Image
+
+import vitkit
+from vitkit.cli import main
+
+PHOTOS = Path(sklearn.datasets.__file__).parent / "images"
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    model = vitkit.create_model("vit_tiny_patch16_224", depth=2, num_classes=6)
+    model.cfg.extra["class_names"] = ["ant", "bee", "cat", "dog", "eel", "fox"]
+    return vitkit.save_model(model, tmp_path / "tiny.safetensors")
+
+
+def test_writes_figures_maps_and_prints_top5(checkpoint, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["attention", str(PHOTOS / "china.jpg"), str(PHOTOS / "flower.jpg"),
+                 "--checkpoint", str(checkpoint), "--method", "chefer", "--faithfulness",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.count("  5. ") == 2 and "  6. " not in text
+    assert "faithfulness chefer" in text and "faithfulness random" in text
+    for stem in ("china", "flower"):
+        for suffix in ("heads.png", "mosaic.png", "chefer.png", "faithfulness.png"):
+            with Image.open(out / f"{stem}_{suffix}") as img:
+                img.load()  # decodes
+                assert img.size[0] > 100
+        assert np.load(out / f"{stem}_cls_attention.npy").shape == (2, 3, 14, 14)
+        assert np.load(out / f"{stem}_chefer.npy").shape == (14, 14)
+
+
+def test_layer_and_head_choices(checkpoint, tmp_path, capsys):
+    assert main(["attention", str(PHOTOS / "china.jpg"), "--checkpoint", str(checkpoint),
+                 "--method", "cls", "--layer", "0", "--head", "2", "--out", str(tmp_path)]) == 0
+    cls_map = np.load(tmp_path / "china_cls.npy")
+    all_maps = np.load(tmp_path / "china_cls_attention.npy")
+    np.testing.assert_allclose(cls_map, all_maps[0, 2], atol=1e-6)
+
+
+def test_gap_model_refuses_cls_and_names_what_applies(tmp_path, capsys):
+    model = vitkit.create_model("vit_tiny_patch16_224", depth=2, pool="avg")
+    path = vitkit.save_model(model, tmp_path / "gap.safetensors")
+    assert main(["attention", str(PHOTOS / "china.jpg"), "--checkpoint", str(path),
+                 "--method", "cls", "--out", str(tmp_path / "o")]) == 2
+    assert "methods that apply: rollout, grad-rollout, chefer, gradcam" in capsys.readouterr().err
+    assert main(["attention", str(PHOTOS / "china.jpg"), "--checkpoint", str(path),
+                 "--method", "gradcam", "--out", str(tmp_path / "o")]) == 0
+    assert (tmp_path / "o" / "china_gradcam.png").exists()
+
+
+def test_distilled_deit_checkpoint(tmp_path, capsys):
+    model = vitkit.create_model("vit_tiny_patch16_224", depth=2, distilled=True)
+    path = vitkit.save_model(model, tmp_path / "deit.safetensors")
+    assert main(["attention", str(PHOTOS / "flower.jpg"), "--checkpoint", str(path),
+                 "--method", "grad-rollout", "--out", str(tmp_path / "o")]) == 0
+    assert np.load(tmp_path / "o" / "flower_grad-rollout.npy").shape == (14, 14)

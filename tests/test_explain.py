@@ -1,0 +1,228 @@
+"""Explainability: maps against the block's own weights, rollout against a direct reference,
+gradients against a textbook model's autograd, layer by layer."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vitkit import VisionTransformer, create_model, explain
+from vitkit.explain.attention import Layout
+
+from peers import perturb
+from reference import RefViT
+
+SMALL = dict(img_size=32, patch_size=4, embed_dim=48, depth=3, num_heads=4, mlp_dim=96,
+             num_classes=7)
+
+
+def small(**kw):
+    return perturb(VisionTransformer(**{**SMALL, **kw}), scale=0.2)
+
+
+def test_maps_equal_softmax_qk_from_the_blocks_own_weights():
+    model = small()
+    x = torch.randn(2, 3, 32, 32)
+    inputs = []
+    hooks = [b.attn.register_forward_pre_hook(lambda m, a: inputs.append(a[0]))
+             for b in model.blocks]
+    with torch.no_grad():
+        _, maps = model(x, return_attn=True)
+    for h in hooks:
+        h.remove()
+    for block, tokens, ours in zip(model.blocks, inputs, maps, strict=True):
+        qkv = F.linear(tokens, block.attn.qkv.weight, block.attn.qkv.bias)  # (B, T, 3D)
+        q, k, _ = qkv.reshape(2, -1, 3, 4, 12).permute(2, 0, 3, 1, 4)
+        manual = torch.softmax(q @ k.transpose(-1, -2) / np.sqrt(12), dim=-1)
+        torch.testing.assert_close(ours, manual, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "kw", [{}, dict(img_size=(24, 40)), dict(num_reg_tokens=3), dict(distilled=True)],
+    ids=["square", "rectangle", "registers", "distilled"],
+)
+def test_cls_attention_reads_the_grid_from_the_model(kw):
+    model = small(**kw)
+    with torch.no_grad():
+        _, maps = model(torch.randn(2, 3, *model.cfg.img_size), return_attn=True)
+    gh, gw = model.grid_size
+    p = model.num_prefix_tokens
+    every = explain.cls_attention(maps)
+    assert every.shape == (2, 4, gh, gw)
+    torch.testing.assert_close(every, maps[-1][:, :, 0, p:].reshape(2, 4, gh, gw))
+    torch.testing.assert_close(explain.cls_attention(maps, layer=0, head=2),
+                               maps[0][:, 2, 0, p:].reshape(2, gh, gw))
+    torch.testing.assert_close(explain.cls_attention(maps, head="mean"), every.mean(1))
+    torch.testing.assert_close(explain.cls_attention(maps, head="max"), every.amax(1))
+
+
+def test_cls_attention_errors_say_what_to_do():
+    model = small(pool="avg", class_token=False)
+    with torch.no_grad():
+        _, maps = model(torch.randn(1, 3, 32, 32), return_attn=True)
+    with pytest.raises(ValueError, match="methods that apply: rollout, grad-rollout, chefer"):
+        explain.cls_attention(maps)
+    plain = list(maps)
+    with pytest.raises(ValueError, match="pass grid="):
+        explain.cls_attention(plain)
+    with pytest.raises(ValueError, match=r"maps have 64 tokens, but 1 prefix tokens \+ a 8x8"):
+        explain.cls_attention(plain, grid=8, num_prefix_tokens=1)
+    with pytest.raises(ValueError, match="head fusion must be"):
+        explain.fuse_heads(maps[0], "median")
+
+
+# ------------------------------------------------------------------------------- rollout
+def reference_rollout(maps, residual, fusion, discard, protect):
+    """Loop-by-loop, image by image, in numpy (heads fused and ranked in float32 like the
+    maps, so near-ties at the discard cut-off fall the same way; the products in float64)."""
+    out = []
+    for b in range(maps[0].shape[0]):
+        t = maps[0].shape[-1]
+        r = np.eye(t)
+        for layer in maps:
+            a = getattr(np, fusion)(layer[b].numpy(), axis=0)
+            if discard:
+                keep = np.zeros((t, t), bool)
+                if protect:
+                    keep[0, :] = keep[:, 0] = True
+                candidates = np.flatnonzero(~keep.ravel())
+                k = int(len(candidates) * discard)
+                order = candidates[np.argsort(a.ravel()[candidates], kind="stable")[:k]]
+                a = a.copy().ravel()
+                a[order] = 0
+                a = a.reshape(t, t)
+            a = (1 - residual) * a.astype(np.float64) + residual * np.eye(t)
+            a = a / a.sum(axis=1, keepdims=True)
+            r = a @ r
+        out.append(r)
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("fusion", ["mean", "max", "min"])
+@pytest.mark.parametrize(("grid", "prefix"), [((4, 4), 1), ((3, 5), 2), ((2, 6), 0)])
+@pytest.mark.parametrize(("residual", "discard"), [(0.5, 0.0), (0.3, 0.0), (0.5, 0.4)])
+def test_rollout_equals_direct_reference(fusion, grid, prefix, residual, discard):
+    g = torch.Generator().manual_seed(7)
+    t = prefix + grid[0] * grid[1]
+    maps = [torch.softmax(torch.randn(3, 2, t, t, generator=g) * 3, -1) for _ in range(4)]
+    readout = (0,) if prefix else None
+    ours = explain.attention_rollout(maps, residual, fusion, discard, grid=grid,
+                                     num_prefix_tokens=prefix)
+    ref = reference_rollout(maps, residual, fusion, discard, protect=readout is not None)
+    np.testing.assert_allclose(ours.double().numpy(), ref, atol=1e-5)
+    torch.testing.assert_close(ours.sum(-1), torch.ones(3, t), atol=1e-5, rtol=0)
+
+
+def test_rollout_start_layer_and_readout_grid():
+    g = torch.Generator().manual_seed(1)
+    maps = [torch.softmax(torch.randn(2, 3, 13, 13, generator=g), -1) for _ in range(3)]
+    later = explain.attention_rollout(maps, start_layer=1, grid=(3, 4), num_prefix_tokens=1)
+    torch.testing.assert_close(later, explain.attention_rollout(
+        maps[1:], grid=(3, 4), num_prefix_tokens=1))
+    layout = Layout((3, 4), 1, (0,))
+    assert explain.readout_grid(later, layout).shape == (2, 3, 4)
+    torch.testing.assert_close(explain.readout_grid(later, layout),
+                               later[:, 0, 1:].reshape(2, 3, 4))
+    gap = Layout((3, 4), 1, None)
+    torch.testing.assert_close(explain.readout_grid(later, gap),
+                               later[:, 1:, 1:].mean(1).reshape(2, 3, 4))
+
+
+def test_discard_keeps_cls_and_works_on_every_image():
+    fused = torch.rand(3, 5, 5)
+    out = explain.discard_lowest(fused, 0.5, protect_cls=True)
+    torch.testing.assert_close(out[:, 0], fused[:, 0])
+    torch.testing.assert_close(out[:, :, 0], fused[:, :, 0])
+    assert all((out[b, 1:, 1:] == 0).sum() == 8 for b in range(3))  # 16 candidates * 0.5
+
+
+def test_rollout_refuses_a_subset_of_layers():
+    model = small()
+    with torch.no_grad():
+        _, maps = model(torch.randn(1, 3, 32, 32), return_attn=True, attn_layers=[0, 2])
+    with pytest.raises(ValueError, match=r"layers \[0, 2\]; call model"):
+        explain.attention_rollout(maps)
+
+
+# ----------------------------------------------------------------------------- gradients
+def _reference_grads(model, x, target):
+    ref = RefViT(model.cfg).from_vitkit(model).eval()
+    logits, maps = ref(x, explicit=True)
+    score = logits.gather(1, target[:, None]).sum()
+    return torch.autograd.grad(score, maps), [m.detach() for m in maps]
+
+
+def test_each_layers_gradient_belongs_to_that_layer():
+    model = small()
+    x = torch.randn(2, 3, 32, 32)
+    attr = explain.attention_gradients(model, x)
+    ref_grads, ref_maps = _reference_grads(model, x, attr.target)
+    for i, (ours, theirs) in enumerate(zip(attr.grads, ref_grads, strict=True)):
+        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-4, msg=f"layer {i}")
+    # the layers are distinguishable: pairing them in reverse would change the answer
+    for i in range(len(ref_grads)):
+        j = len(ref_grads) - 1 - i
+        if i != j:
+            assert not torch.allclose(attr.grads[i], ref_grads[j], atol=1e-5)
+
+    r = torch.eye(ref_maps[0].shape[-1]).expand(2, -1, -1)
+    for a, g in zip(ref_maps, ref_grads, strict=True):
+        r = r + (g * a).clamp(min=0).mean(1) @ r
+    torch.testing.assert_close(explain.chefer(attr), r, atol=1e-6, rtol=1e-4)
+    wrong = torch.eye(ref_maps[0].shape[-1]).expand(2, -1, -1)
+    for a, g in zip(ref_maps, reversed(ref_grads), strict=True):
+        wrong = wrong + (g * a).clamp(min=0).mean(1) @ wrong
+    assert not torch.allclose(explain.chefer(attr), wrong, atol=1e-5)
+
+
+def test_grad_rollout_uses_relu_of_head_mean_of_grad_times_attention():
+    model = small()
+    x = torch.randn(2, 3, 32, 32)
+    attr = explain.attention_gradients(model, x, target=3)
+    assert attr.target.tolist() == [3, 3]
+    fused = [(g * a).mean(1).clamp(min=0) for a, g in zip(attr.maps, attr.grads, strict=True)]
+    expected = explain.rollout_fused(fused, 0.5, 0.0)
+    torch.testing.assert_close(explain.grad_rollout(attr), expected)
+
+
+def test_token_gradcam_against_a_manual_pass():
+    model = small()
+    x = torch.randn(2, 3, 32, 32)
+    cam, logits = explain.token_gradcam(model, x, target=torch.tensor([1, 4]))
+    tokens = model._pos_embed(model.patch_embed(x), model.grid_size)
+    for block in model.blocks[:-1]:
+        tokens, _ = block(tokens)
+    tokens = tokens.detach().requires_grad_(True)
+    out = model.forward_head(model.norm(model.blocks[-1](tokens)[0]))
+    torch.testing.assert_close(out, logits)
+    (grad,) = torch.autograd.grad(out[0, 1] + out[1, 4], tokens)
+    w = grad[:, 1:].mean(1, keepdim=True)
+    manual = (tokens[:, 1:] * w).sum(-1).clamp(min=0).reshape(2, 8, 8)
+    torch.testing.assert_close(cam, manual.detach())
+
+
+@pytest.mark.parametrize("method", explain.METHODS)
+def test_every_method_is_batched_and_shaped_like_the_grid(method):
+    model = small(img_size=(24, 40))
+    x = torch.randn(3, 3, 24, 40)
+    batch = explain.explain_map(model, x, method).map
+    assert batch.shape == (3, 6, 10)
+    single = explain.explain_map(model, x[1:2], method).map
+    torch.testing.assert_close(batch[1:2], single, atol=1e-5, rtol=1e-4)
+
+
+def test_gap_and_distilled_models_read_out_their_own_tokens():
+    gap = small(pool="avg", class_token=False)
+    for method in ("rollout", "chefer", "gradcam"):
+        assert explain.explain_map(gap, torch.randn(1, 3, 32, 32), method).map.shape == (1, 8, 8)
+    with pytest.raises(ValueError, match="methods that apply"):
+        explain.explain_map(gap, torch.randn(1, 3, 32, 32), "cls")
+    deit = small(distilled=True)
+    with torch.no_grad():
+        _, maps = deit(torch.randn(1, 3, 32, 32), return_attn=True)
+    assert maps.readout == (0, 1) and maps.num_prefix_tokens == 2
+
+
+def test_frozen_weights_still_get_gradient_maps():
+    model = create_model("vit_nano_patch4_32").eval().requires_grad_(False)
+    assert explain.explain_map(model, torch.randn(1, 3, 32, 32), "chefer").map.isfinite().all()

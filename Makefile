@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/vitkit info vit_base_patch16_224
+	$(VENV)/bin/vitkit demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -25,6 +25,7 @@ import torch
 
 from vitkit.checkpoints import deit, hf, jax, timm, torchvision
 from vitkit.checkpoints.common import CheckpointError, StateDict, infer_num_heads, strip_prefix
+from vitkit.models.cnn import CNN, CNNConfig
 from vitkit.models.pos_embed import Grid, to_grid
 from vitkit.models.vit import VisionTransformer, ViTConfig
 
@@ -213,6 +214,9 @@ def _describe(ckpt: Checkpoint, fmt: str, notes: list[str], pre_logits: bool,
               num_classes: int | None, num_heads: int | None):
     """The vitkit state dict and config a checkpoint describes."""
     if fmt == "vitkit":
+        if pre_logits is False and ckpt.vitkit_config.get("pre_logits"):
+            raise CheckpointError("pre_logits=False applies to foreign checkpoints; build a new "
+                                  "head with num_classes= on a vitkit model instead")
         return dict(ckpt.state), dict(ckpt.vitkit_config)
     module = {m.NAME: m for m in FORMATS}[fmt]
     config = ckpt.config
@@ -262,6 +266,13 @@ def load_model(
     fmt = detect_format(ckpt)
     notes: list[str] = []
     state, kwargs = _describe(ckpt, fmt, notes, pre_logits, num_classes, num_heads)
+    if kwargs.get("family") == "cnn":  # a baseline or teacher CNN vitkit trained
+        model = CNN(CNNConfig(**kwargs))
+        load_state(model, state, strict, verbose)
+        if num_classes is not None and num_classes != model.num_classes:
+            say(f"head replaced: {model.num_classes} -> {num_classes} classes", verbose)
+            model.reset_classifier(num_classes)
+        return model.eval()
     model = VisionTransformer(ViTConfig(**kwargs))
     load_state(model, state, strict, verbose)
     for note in notes:
@@ -306,7 +317,7 @@ def _save_json(obj: dict, path: Path) -> Path:
     return atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2) + "\n"))
 
 
-def save_model(model: VisionTransformer, path: str | os.PathLike) -> Path:
+def save_model(model: VisionTransformer | CNN, path: str | os.PathLike) -> Path:
     """Write vitkit's own format: one ``.safetensors`` whose metadata rebuilds the model.
 
     The metadata holds the whole :class:`ViTConfig` (dims, patch, grid, pooling, eps, prefix

@@ -121,3 +121,26 @@ def save(fig: plt.Figure, path: str | os.PathLike, dpi: int = 120) -> Path:
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
+
+
+def figure_confusion(confusion, class_names: list[str], title: str = "") -> plt.Figure:
+    """A confusion matrix (true rows x predicted columns), counts written in the cells."""
+    counts = np.asarray(confusion)
+    n = len(class_names)
+    size = min(12, 2 + 0.45 * n)
+    fig, ax = plt.subplots(figsize=(size, size))
+    ax.imshow(counts, cmap="Blues")
+    ax.set_xticks(range(n), class_names, rotation=90 if n > 10 else 0, fontsize=7)
+    ax.set_yticks(range(n), class_names, fontsize=7)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    if n <= 30:
+        top = counts.max() or 1
+        for i in range(n):
+            for j in range(n):
+                if counts[i, j]:
+                    ax.text(j, i, int(counts[i, j]), ha="center", va="center", fontsize=6,
+                            color="white" if counts[i, j] > top / 2 else "black")
+    ax.set_title(title or "confusion matrix", fontsize=10)
+    fig.tight_layout()
+    return fig

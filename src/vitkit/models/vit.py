@@ -423,9 +423,18 @@ class VisionTransformer(nn.Module):
 
     def forward(
         self, x: torch.Tensor, return_attn: bool = False,
-        attn_layers: Sequence[int] | None = None,
+        attn_layers: Sequence[int] | None = None, *, distill_heads: bool = False,
     ):
-        """(B, C, H, W) -> logits (B, num_classes); with ``return_attn``, (logits, maps)."""
+        """(B, C, H, W) -> logits (B, num_classes); with ``return_attn``, (logits, maps).
+
+        ``distill_heads`` (distilled models, for training): the [CLS] head's and the
+        distillation head's logits separately, ((B, C), (B, C)), instead of their average.
+        """
+        if distill_heads:
+            if self.dist_token is None:
+                raise ValueError("distill_heads=True needs a distilled model (distilled=True)")
+            x = self.forward_features(x)
+            return self.head(self.head_drop(x[:, 0])), self.head_dist(self.head_drop(x[:, 1]))
         if not return_attn:
             return self.forward_head(self.forward_features(x, attn_layers=attn_layers))
         x, maps = self.forward_features(x, True, attn_layers)

@@ -1,0 +1,173 @@
+"""Datasets by name: ``digits``, ``cluttered-digits``, ``imagefolder:PATH``, ``cifar10``,
+``cifar100``. Each split is a map-style dataset of (PIL RGB image, label) with ``classes``.
+
+Bad data does not stop a long run and is not hidden: unreadable images in an image folder are
+found before training, skipped, counted and listed in the log; an empty class or split is an
+error before training starts.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from vitkit.data.digits import cluttered_digits, digits_split
+from vitkit.data.images import to_rgb
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm",
+                  ".pgm"}
+DATASETS = ("digits", "digits:CLASSES", "cluttered-digits", "imagefolder:PATH", "cifar10",
+            "cifar100")
+
+
+class DataError(ValueError):
+    """Data that cannot be trained on; the message says what was found and what to do."""
+
+
+@dataclass
+class Split:
+    """A list of samples: ``images`` are PIL images or file paths, ``labels`` ints."""
+
+    images: list
+    labels: list[int]
+    classes: list[str]
+    skipped: list[str] = field(default_factory=list)  # unreadable files left out
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[Image.Image, int]:
+        img = self.images[i]
+        if isinstance(img, (str, Path)):
+            with Image.open(img) as f:
+                img = to_rgb(f)
+        return img, self.labels[i]
+
+
+def _tensor_to_pil(t: torch.Tensor) -> Image.Image:
+    """(3, H, W) or (H, W) float in [0, 1] -> RGB PIL image."""
+    arr = (t.clamp(0, 1) * 255).round().to(torch.uint8)
+    arr = arr.permute(1, 2, 0).numpy() if arr.dim() == 3 else np.stack([arr.numpy()] * 3, -1)
+    return Image.fromarray(arr)
+
+
+def _digits(split: str, img_size: int, classes: str | None = None) -> Split:
+    """All ten digits, or only ``classes`` ("5,6,7,8,9"), relabelled 0..k-1 in that order."""
+    images, labels = digits_split(split)
+    keep = list(range(10))
+    if classes:
+        try:
+            keep = [int(c) for c in classes.split(",")]
+        except ValueError:
+            raise DataError(
+                f"digits:CLASSES takes digits like digits:5,6,7; got {classes!r}") from None
+        mask = torch.isin(labels, torch.tensor(keep))
+        images, labels = images[mask], labels[mask]
+        labels = torch.tensor([keep.index(int(v)) for v in labels])
+    big = torch.nn.functional.interpolate(images[:, None], size=(img_size, img_size),
+                                          mode="bilinear", align_corners=False)[:, 0]
+    return Split([_tensor_to_pil(x) for x in big], labels.tolist(), [str(i) for i in keep])
+
+
+def _cluttered(split: str, img_size: int, size: int) -> Split:
+    n = size if split == "train" else max(200, size // 5)
+    d = cluttered_digits(n, split, canvas=img_size, align=4, seed=1 if split == "train" else 2)
+    return Split([_tensor_to_pil(x) for x in d.images], d.labels.tolist(),
+                 [str(i) for i in range(10)])
+
+
+def _is_readable(path: Path) -> bool:
+    try:
+        with Image.open(path) as img:
+            img.verify()
+        return True
+    except Exception:  # PIL raises many types for broken files
+        return False
+
+
+def _scan_folder(root: Path, classes: list[str] | None = None) -> Split:
+    if not root.is_dir():
+        raise DataError(f"image folder {root} does not exist")
+    found = sorted(d.name for d in root.iterdir() if d.is_dir())
+    classes = classes or found
+    if not classes:
+        raise DataError(f"{root} has no class sub-folders; expected {root}/CLASS/IMAGE.jpg")
+    images, labels, skipped = [], [], []
+    for label, name in enumerate(classes):
+        folder = root / name
+        files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES) \
+            if folder.is_dir() else []
+        good = [p for p in files if _is_readable(p)]
+        skipped += [str(p) for p in files if p not in set(good)]
+        if not good:
+            raise DataError(f"class {name!r} has no readable images in {folder}: every class "
+                            "needs at least one (remove the folder or add images)")
+        images += good
+        labels += [label] * len(good)
+    return Split(images, labels, classes, skipped)
+
+
+def _image_folder(path: str, split: str, val_fraction: float, seed: int) -> Split:
+    root = Path(path).expanduser()
+    if (root / "train").is_dir():
+        train = _scan_folder(root / "train")
+        if split == "train":
+            return train
+        if not (root / "val").is_dir():
+            raise DataError(f"{root} has train/ but no val/ folder; add {root}/val/CLASS/...")
+        return _scan_folder(root / "val", train.classes)
+    every = _scan_folder(root)
+    order = np.random.default_rng(seed).permutation(len(every))
+    n_val = max(1, int(round(val_fraction * len(every))))
+    keep = order[:n_val] if split == "val" else order[n_val:]
+    if len(keep) == 0:
+        raise DataError(f"{root} has {len(every)} images: too few for a train/val split")
+    return Split([every.images[i] for i in keep], [every.labels[i] for i in keep],
+                 every.classes, every.skipped if split == "train" else [])
+
+
+def _cifar(name: str, split: str, root: str, download: bool) -> Split:
+    from torchvision.datasets import CIFAR10, CIFAR100
+
+    cls = CIFAR10 if name == "cifar10" else CIFAR100
+    folder = "cifar-10-batches-py" if name == "cifar10" else "cifar-100-python"
+    try:
+        ds = cls(root=root, train=split == "train", download=download)
+    except RuntimeError as err:
+        raise DataError(
+            f"{name} is not in {root}: put the extracted '{folder}' folder there (from the "
+            f"python version of the dataset), or pass --download where the network allows "
+            f"({err})"
+        ) from err
+    return Split([Image.fromarray(a) for a in ds.data], list(ds.targets), list(ds.classes))
+
+
+def load_split(spec: str, split: str, img_size: int = 32, *, size: int = 6000,
+               val_fraction: float = 0.2, seed: int = 0, root: str | os.PathLike = "data",
+               download: bool = False) -> Split:
+    """One split ("train" or "val") of the dataset named by ``spec`` (see ``DATASETS``).
+
+    ``img_size`` sets the side of the built-in digit images; ``size`` the number of
+    cluttered-digit training images; ``val_fraction`` and ``seed`` the split of an image folder
+    without train/ and val/; ``root`` and ``download`` apply to CIFAR.
+    """
+    if split not in ("train", "val"):
+        raise DataError(f"split must be 'train' or 'val', got {split!r}")
+    if spec == "digits" or spec.startswith("digits:"):
+        out = _digits(split, img_size, spec.split(":", 1)[1] if ":" in spec else None)
+    elif spec == "cluttered-digits":
+        out = _cluttered(split, img_size, size)
+    elif spec.startswith("imagefolder:"):
+        out = _image_folder(spec.split(":", 1)[1], split, val_fraction, seed)
+    elif spec in ("cifar10", "cifar100"):
+        out = _cifar(spec, split, str(root), download)
+    else:
+        raise DataError(f"unknown dataset {spec!r}; choose one of {', '.join(DATASETS)}")
+    if len(out) == 0:
+        raise DataError(f"the {split} split of {spec} is empty")
+    return out

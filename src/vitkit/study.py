@@ -1,0 +1,207 @@
+"""``vitkit study``: when does a ViT beat a CNN as the data grows?
+
+``data`` mode trains, on nested subsets of the training split (a smaller subset is always
+inside a larger one) and with the same budget in optimizer steps at every size: a ViT trained
+plainly, a ViT with the DeiT augmentations, a ViT distilled from the CNN trained on the same
+subset, and the CNN. ``patch`` mode trains one ViT per patch size (and image size) and sets
+accuracy against FLOPs per image. Each writes a CSV, a Markdown table and a plot.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from vitkit.checkpoints.io import atomic_write, load_model
+from vitkit.models.cost import flop_model
+from vitkit.train.config import resolve
+from vitkit.train.runlog import write_csv
+from vitkit.train.trainer import train
+
+# name -> (label, options on top of the study's base options)
+ARMS: dict[str, tuple[str, dict]] = {
+    "cnn": ("ResNet-18", dict(model="resnet18")),
+    "vit": ("ViT (plain)", dict()),
+    "vit-deit": ("ViT + DeiT augmentation", dict(
+        crop_scale=0.35, randaugment=9, mixup=0.8, cutmix=1.0, random_erasing=0.25,
+        label_smoothing=0.1, drop_path=0.1)),
+    "vit-distilled": ("ViT distilled from the CNN", dict(distill="hard")),
+}
+
+
+@dataclass
+class StudyOptions:
+    data: str = "digits"
+    img_size: int = 16
+    vit: str = "vit_micro_patch4_32"
+    fractions: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0)
+    steps: int = 200
+    batch_size: int = 64
+    lr: float = 8e-3
+    seeds: int = 1
+    patch_sizes: tuple[int, ...] = (2, 4, 8)
+    img_sizes: tuple[int, ...] = ()
+    out: str = "runs/study"
+
+
+def _base(opts: StudyOptions) -> dict:
+    return dict(data=opts.data, img_size=opts.img_size, model=opts.vit, steps=opts.steps,
+                batch_size=opts.batch_size, lr=opts.lr, warmup_epochs=0.0, out=opts.out,
+                eval_every=10**6)  # tiny subsets make many tiny epochs: evaluate at the end
+
+
+def run_data_study(opts: StudyOptions, say: Callable[[str], None] = print) -> list[dict]:
+    """Every arm at every fraction and seed; the CNN first, as the distilled ViT's teacher."""
+    rows = []
+    for seed in range(opts.seeds):
+        for fraction in opts.fractions:
+            teacher = None
+            for arm in ("cnn", "vit", "vit-deit", "vit-distilled"):
+                label, extra = ARMS[arm]
+                extra = dict(extra)
+                if arm == "vit-distilled":
+                    extra["teacher"] = str(teacher)
+                name = f"{arm}-f{fraction:g}-s{seed}"
+                start = time.perf_counter()
+                result = train(resolve({**_base(opts), **extra, "data_fraction": fraction,
+                                        "seed": seed, "name": name}))
+                if arm == "cnn":
+                    teacher = result.run_dir / "best.safetensors"
+                n_images = result.train_images
+                rows.append(dict(arm=arm, model=label, fraction=fraction, images=n_images,
+                                 seed=seed, top1=result.history[-1]["val_top1"],
+                                 best_top1=result.best_top1,
+                                 seconds=round(time.perf_counter() - start, 1)))
+                say(f"{label:<28} {fraction:>5.0%} ({n_images} images), seed {seed}: "
+                    f"top-1 {rows[-1]['top1']:.4f}")
+    return rows
+
+
+def crossover(sizes: list[int], vit: list[float], cnn: list[float]) -> float | None:
+    """The training-set size where the ViT curve first rises above the CNN's (linear in
+    log-size between the two points that bracket it), or None if it never does."""
+    for i in range(1, len(sizes)):
+        d0, d1 = vit[i - 1] - cnn[i - 1], vit[i] - cnn[i]
+        if d0 < 0 <= d1:
+            lo, hi = math.log(sizes[i - 1]), math.log(sizes[i])
+            return math.exp(lo + (-d0 / (d1 - d0)) * (hi - lo))
+    return None
+
+
+def summarise(rows: list[dict]) -> dict[str, dict[int, tuple[float, float]]]:
+    """arm -> images -> (mean top-1, std over seeds)."""
+    out: dict[str, dict[int, tuple[float, float]]] = {}
+    for arm in dict.fromkeys(r["arm"] for r in rows):
+        per: dict[int, list[float]] = {}
+        for r in rows:
+            if r["arm"] == arm:
+                per.setdefault(r["images"], []).append(r["top1"])
+        out[arm] = {n: (statistics.fmean(v), statistics.pstdev(v) if len(v) > 1 else 0.0)
+                    for n, v in sorted(per.items())}
+    return out
+
+
+def write_data_report(rows: list[dict], opts: StudyOptions, out: Path) -> dict[str, Path]:
+    """study.csv, study.md and study.png (accuracy against training-set size)."""
+    from vitkit.explain.plot import plt, save
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(out / "study.csv", rows)
+    table = summarise(rows)
+    sizes = sorted({r["images"] for r in rows})
+    cross = {arm: crossover(sizes, [table[arm][n][0] for n in sizes],
+                            [table["cnn"][n][0] for n in sizes])
+             for arm in table if arm != "cnn"}
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for arm, per in table.items():
+        xs = list(per)
+        ys = [per[n][0] for n in xs]
+        err = [per[n][1] for n in xs]
+        ax.errorbar(xs, ys, yerr=err if opts.seeds > 1 else None, marker="o", capsize=3,
+                    label=ARMS[arm][0])
+    for arm, x in cross.items():
+        if x is not None:
+            ax.axvline(x, linestyle="--", linewidth=1, color="grey")
+            ax.annotate(f"{ARMS[arm][0]} passes the CNN\n~{x:.0f} images", (x, 0.05),
+                        fontsize=7, rotation=90, va="bottom", ha="right")
+    ax.set_xscale("log")
+    ax.set_xlabel("training images (log scale)")
+    ax.set_ylabel("validation top-1")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(f"{opts.data} at {opts.img_size}px, {opts.steps} steps of {opts.batch_size} "
+                 "at every size", fontsize=9)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    save(fig, out / "study.png")
+
+    header = "| model | " + " | ".join(f"{n} images" for n in sizes) + " |"
+    lines = [f"# Data-size study: {opts.data}", "",
+             f"{opts.steps} optimizer steps of batch {opts.batch_size} at every size; "
+             f"nested subsets; {opts.seeds} seed(s); validation top-1"
+             + (" (mean ± std)" if opts.seeds > 1 else "") + ".", "", header,
+             "|---|" + "---|" * len(sizes)]
+    for arm, per in table.items():
+        cells = [f"{per[n][0]:.3f}" + (f" ± {per[n][1]:.3f}" if opts.seeds > 1 else "")
+                 for n in sizes]
+        lines.append(f"| {ARMS[arm][0]} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for arm, x in cross.items():
+        lines.append(f"- {ARMS[arm][0]}: " + (f"passes the CNN at about {x:.0f} images."
+                                               if x is not None else
+                                               "does not pass the CNN at these sizes."))
+    lines += ["", "![accuracy against training-set size](study.png)", ""]
+    atomic_write(out / "study.md", lambda tmp: tmp.write_text("\n".join(lines)))
+    return {"csv": out / "study.csv", "md": out / "study.md", "png": out / "study.png"}
+
+
+def run_patch_study(opts: StudyOptions, say: Callable[[str], None] = print) -> list[dict]:
+    """One ViT per (patch size, image size) on the full data, same steps: accuracy vs FLOPs."""
+    rows = []
+    for img in opts.img_sizes or (opts.img_size,):
+        for patch in opts.patch_sizes:
+            if img % patch:
+                say(f"skipping patch {patch} at {img}px: {img} is not a multiple of {patch}")
+                continue
+            name = f"patch{patch}-img{img}"
+            start = time.perf_counter()
+            result = train(resolve({**_base(opts), "img_size": img, "patch_size": patch,
+                                    "name": name}))
+            model = load_model(result.run_dir / "last.safetensors", verbose=False)
+            cost = flop_model(model.cfg)
+            rows.append(dict(patch=patch, img_size=img, tokens=cost.tokens,
+                             gflops=round(cost.flops / 1e9, 4),
+                             top1=result.history[-1]["val_top1"],
+                             seconds=round(time.perf_counter() - start, 1)))
+            say(f"patch {patch} at {img}px: {cost.tokens} tokens, {cost.flops / 1e9:.3f} "
+                f"GFLOPs, top-1 {rows[-1]['top1']:.4f}")
+    return rows
+
+
+def write_patch_report(rows: list[dict], opts: StudyOptions, out: Path) -> dict[str, Path]:
+    from vitkit.explain.plot import plt, save
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(out / "patch_study.csv", rows)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([r["gflops"] for r in rows], [r["top1"] for r in rows], "o-")
+    for r in rows:
+        ax.annotate(f"P={r['patch']}, {r['img_size']}px", (r["gflops"], r["top1"]),
+                    fontsize=7, xytext=(4, 4), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_xlabel("GFLOPs per image (log scale)")
+    ax.set_ylabel("validation top-1")
+    ax.set_title(f"patch size against cost: {opts.data}, {opts.steps} steps", fontsize=9)
+    fig.tight_layout()
+    save(fig, out / "patch_study.png")
+    lines = ["# Patch-size study", "", "| patch | image | tokens | GFLOPs | top-1 | time |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['patch']} | {r['img_size']} | {r['tokens']} | {r['gflops']} | "
+              f"{r['top1']:.3f} | {r['seconds']} s |" for r in rows]
+    lines += ["", "![accuracy against FLOPs](patch_study.png)", ""]
+    atomic_write(out / "patch_study.md", lambda tmp: tmp.write_text("\n".join(lines)))
+    return {"csv": out / "patch_study.csv", "md": out / "patch_study.md",
+            "png": out / "patch_study.png"}

@@ -1,0 +1,396 @@
+"""``vitkit train``: from scratch, fine-tuning or distilling, on one process or under torchrun.
+
+A run folder holds ``config.yaml`` (the effective configuration), ``metrics.csv``, TensorBoard
+event files, ``curves.png``, ``best.safetensors`` and ``last.safetensors`` (vitkit checkpoints
+with metadata), ``state.pt`` (everything ``--resume`` needs) and ``train.log``. All writes are
+atomic. Every random draw is a function of (seed, epoch, step or sample), so a run killed at
+any point and resumed ends with exactly the weights of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader
+from torchvision.transforms import v2
+from tqdm import tqdm
+
+from vitkit.checkpoints.io import atomic_write, load_model, save_model
+from vitkit.data.datasets import load_split
+from vitkit.data.transforms import Transformed, eval_transform, sample_seed, train_transform
+from vitkit.models.cnn import create_cnn, is_cnn
+from vitkit.models.registry import create_model
+from vitkit.train import config as config_io
+from vitkit.train import distributed
+from vitkit.train.config import TrainConfig
+from vitkit.train.distill import distillation_loss
+from vitkit.train.runlog import RunLog
+
+
+def cosine_lr(step: int, total: int, warmup: int, base: float, floor: float = 0.0) -> float:
+    """Linear warmup from ~0 to ``base`` over ``warmup`` steps, then cosine down to ``floor``."""
+    if step < warmup:
+        return base * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return floor + (base - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss became NaN or infinite; the message names the step and the usual causes."""
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    best_top1: float
+    history: list[dict]
+    train_images: int
+
+
+# ------------------------------------------------------------------------------- building
+def build_model(cfg: TrainConfig, num_classes: int, class_names: list[str]) -> nn.Module:
+    """A fresh model, or ``cfg.init`` loaded (head and position table adapted)."""
+    if cfg.init:
+        model = load_model(cfg.init, num_classes=num_classes, img_size=cfg.img_size)
+        if cfg.distill and not getattr(model.cfg, "distilled", False):
+            raise ValueError("distillation needs a distilled student (a distillation token); "
+                             "--init a distilled checkpoint or train one from scratch")
+        blocks = list(getattr(model, "blocks", []))
+        for i, block in enumerate(blocks):  # stochastic depth rising linearly, as from scratch
+            block.drop_path1.p = block.drop_path2.p = cfg.drop_path * i / max(len(blocks) - 1, 1)
+    elif is_cnn(cfg.model):
+        model = create_cnn(cfg.model, num_classes, cfg.img_size)
+    else:
+        patch = {"patch_size": cfg.patch_size} if cfg.patch_size > 0 else {}
+        model = create_model(cfg.model, num_classes=num_classes, img_size=cfg.img_size,
+                             drop_path_rate=cfg.drop_path, distilled=bool(cfg.distill), **patch)
+    model.cfg.extra.update(class_names=list(class_names), mean=list(cfg.mean),
+                           std=list(cfg.std))
+    return model
+
+
+def param_groups(model: nn.Module, weight_decay: float, layer_decay: float) -> list[dict]:
+    """AdamW groups: no decay on biases, norms, tokens and position tables; optional
+    layer-wise lr decay for ViTs (the head at full lr, each block below it x ``layer_decay``)."""
+    depth = len(getattr(model, "blocks", []))
+    groups: dict[tuple, dict] = {}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        no_decay = p.dim() < 2 or name in ("cls_token", "dist_token", "reg_token", "pos_embed")
+        if depth and layer_decay < 1.0:
+            if name.startswith(("patch_embed", "cls_token", "dist_token", "reg_token",
+                                "pos_embed")):
+                layer = 0
+            elif name.startswith("blocks."):
+                layer = int(name.split(".")[1]) + 1
+            else:
+                layer = depth + 1
+            scale = layer_decay ** (depth + 1 - layer)
+        else:
+            scale = 1.0
+        key = (no_decay, scale)
+        group = groups.setdefault(key, {"params": [], "weight_decay": 0.0 if no_decay
+                                        else weight_decay, "lr_scale": scale})
+        group["params"].append(p)
+    return list(groups.values())
+
+
+def nested_subset(split, fraction: float, seed: int):
+    """The first ``fraction`` of a permutation fixed by ``seed``: a smaller fraction is always
+    inside a larger one (the data-size study relies on it)."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"data_fraction must be in (0, 1], got {fraction}")
+    order = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed + 12345))
+    keep = sorted(order[: max(1, round(fraction * len(split)))].tolist())
+    return type(split)([split.images[i] for i in keep], [split.labels[i] for i in keep],
+                       split.classes, split.skipped)
+
+
+def epoch_batches(n: int, batch: int, seed: int, epoch: int, rank: int,
+                  world: int) -> list[list[int]]:
+    """This process's batches of an epoch: a permutation from (seed, epoch), cut into global
+    batches of ``batch * world``, each dealt to the processes by stride (the last partial
+    batch is dropped, so every process takes the same number of steps)."""
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 7919 + epoch))
+    per_step = batch * world
+    return [perm[s * per_step:(s + 1) * per_step][rank::world].tolist()
+            for s in range(n // per_step)]
+
+
+def _mixer(cfg: TrainConfig, num_classes: int):
+    choices = []
+    if cfg.cutmix > 0:
+        choices.append((v2.CutMix(alpha=cfg.cutmix, num_classes=num_classes),
+                        cfg.mix_switch_prob if cfg.mixup > 0 else 1.0))
+    if cfg.mixup > 0:
+        choices.append((v2.MixUp(alpha=cfg.mixup, num_classes=num_classes),
+                        1 - cfg.mix_switch_prob if cfg.cutmix > 0 else 1.0))
+    if not choices:
+        return None
+    if len(choices) == 1:
+        return choices[0][0]
+    return v2.RandomChoice([c for c, _ in choices], p=[p for _, p in choices])
+
+
+# ----------------------------------------------------------------------------- evaluation
+@torch.no_grad()
+def evaluate(model: nn.Module, loader, device, num_classes: int) -> dict:
+    """Loss, top-1, top-5 and a confusion matrix over ``loader``, summed over processes."""
+    model.eval()
+    loss = torch.zeros((), device=device, dtype=torch.float64)
+    top1 = torch.zeros((), device=device, dtype=torch.float64)
+    top5 = torch.zeros((), device=device, dtype=torch.float64)
+    confusion = torch.zeros(num_classes, num_classes, device=device, dtype=torch.float64)
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        logits = model(x).float()
+        loss += F.cross_entropy(logits, y, reduction="sum")
+        top = logits.topk(min(5, num_classes), dim=-1).indices
+        top1 += (top[:, 0] == y).sum()
+        top5 += (top == y[:, None]).any(-1).sum()
+        confusion.index_put_((y, top[:, 0]), torch.ones_like(y, dtype=torch.float64),
+                             accumulate=True)
+    for t in (loss, top1, top5, confusion):
+        distributed.all_reduce_sum(t)
+    n = confusion.sum().clamp_min(1)
+    per_class = confusion.diagonal() / confusion.sum(1).clamp_min(1)
+    return {"loss": (loss / n).item(), "top1": (top1 / n).item(), "top5": (top5 / n).item(),
+            "per_class": per_class.tolist(), "confusion": confusion.long().cpu()}
+
+
+def _val_loader(split, cfg: TrainConfig, ctx) -> DataLoader:
+    ds = Transformed(split, eval_transform(cfg.img_size, cfg.mean, cfg.std), cfg.seed)
+    idx = list(range(ctx.rank, len(ds), ctx.world))
+    return DataLoader(torch.utils.data.Subset(ds, idx), batch_size=max(cfg.batch_size, 128),
+                      num_workers=cfg.workers)
+
+
+# ---------------------------------------------------------------------------------- train
+def _save_state(path: Path, raw, opt, ema, progress: dict, cfg: TrainConfig) -> None:
+    state = {"model": raw.state_dict(), "optimizer": opt.state_dict(),
+             "ema": ema.state_dict() if ema is not None else None,
+             "rng": torch.get_rng_state(), "config": cfg.to_dict(), **progress}
+    atomic_write(path, lambda tmp: torch.save(state, tmp))
+
+
+def train(cfg: TrainConfig | None, resume: str | Path | None = None,
+          progress: bool | None = None) -> RunResult:
+    """Train as ``cfg`` says; with ``resume`` (a run folder), continue that run exactly."""
+    if cfg is None and resume is None:
+        raise ValueError("train() needs a config or a run folder to resume")
+    device = cfg.device if cfg is not None else config_io.load(Path(resume) / "config.yaml").device
+    ctx = distributed.setup(device)
+    try:
+        return _train(cfg, resume, ctx, progress)
+    finally:
+        distributed.cleanup()
+
+
+def _run_dir(cfg: TrainConfig, resume) -> Path:
+    if resume:
+        return Path(resume)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    name = cfg.name or f"{Path(cfg.model).stem}-{cfg.data.split(':')[0]}-{stamp}"
+    return Path(cfg.out) / name
+
+
+def _train(cfg: TrainConfig, resume, ctx, progress) -> RunResult:
+    run_dir = _run_dir(cfg, resume)
+    state = None
+    if resume:
+        if not (run_dir / "state.pt").exists():
+            raise ValueError(f"nothing to resume in {run_dir}: no state.pt (the run saved no "
+                             "checkpoint yet)")
+        cfg = config_io.load(run_dir / "config.yaml")
+        state = torch.load(run_dir / "state.pt", map_location="cpu", weights_only=True)
+    log = RunLog(run_dir, enabled=ctx.main, resume=state is not None)
+    torch.manual_seed(cfg.seed)
+
+    train_split = load_split(cfg.data, "train", cfg.img_size, size=cfg.data_size,
+                             val_fraction=cfg.val_fraction, seed=cfg.seed, root=cfg.data_root,
+                             download=cfg.download)
+    val_split = load_split(cfg.data, "val", cfg.img_size, size=cfg.data_size,
+                           val_fraction=cfg.val_fraction, seed=cfg.seed, root=cfg.data_root,
+                           download=cfg.download)
+    num_classes = len(train_split.classes)
+    if cfg.data_fraction < 1.0:
+        train_split = nested_subset(train_split, cfg.data_fraction, cfg.seed)
+    if ctx.main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        config_io.save(cfg, run_dir / "config.yaml")
+    log.line(f"data {cfg.data}: {len(train_split)} train"
+             + (f" ({cfg.data_fraction:g} of the split)" if cfg.data_fraction < 1 else "")
+             + f", {len(val_split)} val images, {num_classes} classes")
+    if train_split.skipped:
+        log.line(f"skipped {len(train_split.skipped)} unreadable images: "
+                 + ", ".join(train_split.skipped))
+
+    model = build_model(cfg, num_classes, train_split.classes)
+    if state is not None:
+        model.load_state_dict(state["model"])
+    raw = model.to(ctx.device)
+    ema = copy.deepcopy(raw).eval().requires_grad_(False) if cfg.ema_decay > 0 else None
+    if ema is not None and state is not None and state["ema"] is not None:
+        ema.load_state_dict(state["ema"])
+    teacher = None
+    if cfg.distill:
+        teacher = load_model(cfg.teacher).to(ctx.device).eval().requires_grad_(False)
+    net = DistributedDataParallel(raw) if ctx.world > 1 else raw
+    forward = torch.compile(net) if cfg.compile else net
+
+    global_batch = cfg.batch_size * ctx.world * cfg.accum_steps
+    base_lr = cfg.lr * global_batch / 512
+    opt = torch.optim.AdamW(param_groups(raw, cfg.weight_decay, cfg.layer_decay), lr=base_lr)
+    if state is not None:
+        opt.load_state_dict(state["optimizer"])
+    micro = len(train_split) // (cfg.batch_size * ctx.world)
+    steps_per_epoch = micro // cfg.accum_steps
+    if steps_per_epoch == 0:
+        raise ValueError(f"{len(train_split)} training images cannot fill one global batch of "
+                         f"{global_batch}; lower --batch-size or --accum-steps")
+    epochs = math.ceil(cfg.steps / steps_per_epoch) if cfg.steps > 0 else cfg.epochs
+    total = cfg.steps if cfg.steps > 0 else epochs * steps_per_epoch
+    warmup = int(cfg.warmup_epochs * steps_per_epoch)
+    log.line(f"model {cfg.model}{' from ' + cfg.init if cfg.init else ''}: "
+             f"{sum(p.numel() for p in raw.parameters()):,} parameters; {ctx.world} process(es) "
+             f"on {ctx.device}; global batch {global_batch}, lr {base_lr:.3g}, "
+             f"{steps_per_epoch} steps/epoch")
+
+    train_ds = Transformed(train_split, train_transform(
+        cfg.img_size, cfg.mean, cfg.std, crop_scale=cfg.crop_scale, hflip=cfg.hflip,
+        randaugment=cfg.randaugment, random_erasing=cfg.random_erasing), cfg.seed)
+    val_loader = _val_loader(val_split, cfg, ctx)
+    mixer = _mixer(cfg, num_classes)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if ctx.device.type == "cuda" \
+        else torch.autocast("cpu", enabled=False)
+    show = (sys.stderr.isatty() if progress is None else progress) and ctx.main
+
+    step = state["step"] if state else 0
+    best = state["best"] if state else -1.0
+    history = state["history"] if state else []
+    start_epoch = state["epoch"] if state else 0
+    done_in_epoch = state["step_in_epoch"] if state else 0
+    if state is not None:
+        torch.set_rng_state(state["rng"])
+        log.line(f"resumed at epoch {start_epoch + 1}, step {step} "
+                 f"({done_in_epoch} steps into the epoch)")
+
+    for epoch in range(start_epoch, epochs):
+        train_ds.set_epoch(epoch)
+        batches = epoch_batches(len(train_ds), cfg.batch_size, cfg.seed, epoch, ctx.rank,
+                                ctx.world)[: steps_per_epoch * cfg.accum_steps]
+        batches = batches[done_in_epoch * cfg.accum_steps:]
+        loader = DataLoader(train_ds, batch_sampler=batches, num_workers=cfg.workers)
+        it = iter(loader)
+        net.train()
+        last = min(steps_per_epoch, total - epoch * steps_per_epoch)  # a step budget may end early
+        bar = tqdm(range(done_in_epoch, last), disable=not show, leave=False,
+                   desc=f"epoch {epoch + 1}/{epochs}")
+        loss_sum, seen, start = 0.0, 0, time.perf_counter()
+        done_in_epoch_start = done_in_epoch
+        for in_epoch in bar:
+            lr = cosine_lr(step, total, warmup, base_lr, cfg.min_lr)
+            for group in opt.param_groups:
+                group["lr"] = lr * group.get("lr_scale", 1.0)
+            torch.manual_seed(sample_seed(cfg.seed + 1, epoch, step))  # dropout, mixing
+            opt.zero_grad(set_to_none=True)
+            step_loss = 0.0
+            for k in range(cfg.accum_steps):
+                x, y = next(it)
+                x, y = x.to(ctx.device), y.to(ctx.device)
+                target = y
+                if mixer is not None:
+                    x, target = mixer(x, y)
+                sync = k == cfg.accum_steps - 1 or ctx.world == 1
+                ctx_sync = net.no_sync() if not sync else contextlib.nullcontext()
+                with ctx_sync, autocast:
+                    if teacher is not None:
+                        cls_logits, dist_logits = forward(x, distill_heads=True)
+                        with torch.no_grad():
+                            teacher_logits = teacher(x)
+                        loss = distillation_loss(cls_logits.float(), dist_logits.float(),
+                                                 target, teacher_logits.float(), cfg.distill,
+                                                 cfg.distill_alpha, cfg.distill_tau,
+                                                 cfg.label_smoothing)
+                    else:
+                        loss = F.cross_entropy(forward(x).float(), target,
+                                               label_smoothing=cfg.label_smoothing)
+                    _check_finite(loss, step, epoch, run_dir, lr, ctx)
+                    (loss / cfg.accum_steps).backward()
+                step_loss += loss.item() / cfg.accum_steps
+            if cfg.clip_grad > 0:
+                nn.utils.clip_grad_norm_(raw.parameters(), cfg.clip_grad)
+            opt.step()
+            if ema is not None:
+                _update_ema(ema, raw, cfg.ema_decay)
+            step += 1
+            seen += global_batch
+            loss_sum += step_loss
+            rate = seen / (time.perf_counter() - start)
+            bar.set_postfix(loss=f"{step_loss:.3f}", lr=f"{lr:.2e}", img_s=f"{rate:.0f}")
+            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 \
+                    and in_epoch + 1 < steps_per_epoch and ctx.main:
+                _save_state(run_dir / "state.pt", raw, opt, ema, dict(
+                    step=step, epoch=epoch, step_in_epoch=in_epoch + 1, best=best,
+                    history=history), cfg)
+        done_in_epoch = 0
+        if (epoch + 1) % max(1, cfg.eval_every) and epoch + 1 < epochs:
+            continue  # not an evaluation epoch (the logged train loss is the eval epoch's)
+        metrics = evaluate(raw, val_loader, ctx.device, num_classes)
+        row = {"epoch": epoch + 1, "step": step,
+               "train_loss": loss_sum / max(1, last - done_in_epoch_start),
+               "val_loss": metrics["loss"],
+               "val_top1": metrics["top1"], "val_top5": metrics["top5"],
+               "lr": lr, "seconds": time.perf_counter() - start,
+               "images_per_s": seen / (time.perf_counter() - start)}
+        if ema is not None:
+            row["ema_top1"] = evaluate(ema, val_loader, ctx.device, num_classes)["top1"]
+        history.append(row)
+        score = max(row["val_top1"], row.get("ema_top1", -1.0))
+        if ctx.main:
+            keep = ema if ema is not None and row.get("ema_top1", -1) > row["val_top1"] else raw
+            save_model(raw, run_dir / "last.safetensors")
+            if score > best:
+                save_model(keep, run_dir / "best.safetensors")
+            _save_state(run_dir / "state.pt", raw, opt, ema, dict(
+                step=step, epoch=epoch + 1, step_in_epoch=0, best=max(best, score),
+                history=history), cfg)
+            log.epoch(row, history)
+        best = max(best, score)
+    log.close()
+    return RunResult(run_dir, best, history, len(train_split))
+
+
+def _update_ema(ema: nn.Module, model: nn.Module, decay: float) -> None:
+    with torch.no_grad():
+        for e, p in zip(ema.parameters(), model.parameters(), strict=True):
+            e.lerp_(p.detach(), 1 - decay)
+        for e, b in zip(ema.buffers(), model.buffers(), strict=True):
+            e.copy_(b)
+
+
+def _check_finite(loss: torch.Tensor, step: int, epoch: int, run_dir: Path, lr: float,
+                  ctx) -> None:
+    bad = torch.tensor(float(not math.isfinite(loss.item())), device=ctx.device)
+    if distributed.all_reduce_sum(bad).item() > 0:
+        last = run_dir / "last.safetensors"
+        kept = f"the last good checkpoint is {last}" if last.exists() else \
+            "no checkpoint was written before it"
+        raise NonFiniteLoss(
+            f"the loss became {loss.item()} at step {step + 1} (epoch {epoch + 1}); training "
+            f"stopped and {kept}. Usual causes: a learning rate too high (it was {lr:.3g}: "
+            "try --lr lower, a longer --warmup-epochs or --clip-grad 1.0), float16 overflow "
+            "(vitkit uses bfloat16 on GPU), or broken input images."
+        )
+

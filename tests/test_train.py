@@ -1,0 +1,262 @@
+"""`vitkit train`: recipes, configs, distillation, fine-tuning, bad data, and runs that survive
+a SIGKILL or run on two processes with exactly the same result."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import timm
+import torch
+import torch.nn.functional as F
+import yaml
+from PIL import Image
+from safetensors.torch import load_file
+
+import vitkit
+from vitkit.data.datasets import DataError, load_split
+from vitkit.train.config import resolve
+from vitkit.train.distill import distillation_loss
+from vitkit.train.trainer import NonFiniteLoss, epoch_batches, train
+
+FAST = dict(model="vit_nano_patch4_32", data="digits", img_size=16, batch_size=64, epochs=1)
+
+
+def run(tmp_path, name, **kw):
+    cfg = resolve({**FAST, "out": str(tmp_path), "name": name, **kw})
+    return train(cfg, progress=False)
+
+
+def cli(*args, env=None, **kw):
+    return subprocess.run([sys.executable, "-m", "vitkit.cli", *args], capture_output=True,
+                          text=True, env=env, **kw)
+
+
+def weights(path):
+    return load_file(str(path))
+
+
+def test_run_folder_holds_everything(tmp_path):
+    r = run(tmp_path, "plain", epochs=2, ema_decay=0.9)
+    files = {p.name for p in r.run_dir.iterdir()}
+    assert {"config.yaml", "metrics.csv", "curves.png", "best.safetensors", "last.safetensors",
+            "state.pt", "train.log"} <= files
+    assert any(f.startswith("events.out.tfevents") for f in files)
+    header = (r.run_dir / "metrics.csv").read_text().splitlines()[0]
+    assert header.startswith("epoch,step,train_loss,val_loss,val_top1,val_top5")
+    assert "ema_top1" in header
+    model = vitkit.load_model(r.run_dir / "best.safetensors")
+    assert model.cfg.extra["class_names"] == [str(i) for i in range(10)]
+    assert yaml.safe_load((r.run_dir / "config.yaml").read_text())["ema_decay"] == 0.9
+
+
+def test_precedence_recipe_then_yaml_then_flags(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("recipe: deit\nlr: 0.002\nmixup: 0.0\nepochs: 7\n")
+    cfg = resolve({"epochs": 3}, str(path))
+    assert cfg.recipe == "deit" and cfg.randaugment == 9 and cfg.cutmix == 1.0  # recipe
+    assert cfg.lr == 0.002 and cfg.mixup == 0.0  # file over recipe
+    assert cfg.epochs == 3  # flag over file
+    with pytest.raises(ValueError, match="unknown training option"):
+        resolve({"learning_rate": 1.0})
+    with pytest.raises(ValueError, match="unknown recipe"):
+        resolve({"recipe": "fast"})
+
+
+def test_deit_recipe_trains_with_every_augmentation(tmp_path):
+    r = run(tmp_path, "deit", recipe="deit", warmup_epochs=0.5, clip_grad=1.0, accum_steps=2,
+            batch_size=32)
+    assert np.isfinite(r.history[-1]["train_loss"])
+
+
+def test_learns_digits(tmp_path):
+    r = run(tmp_path, "learn", epochs=6, lr=4e-3, batch_size=32)
+    assert r.best_top1 > 0.5  # chance is 0.1
+
+
+def test_non_finite_loss_stops_with_the_step_and_keeps_the_checkpoint(tmp_path, monkeypatch):
+    import vitkit.train.trainer as trainer
+
+    build = trainer.build_model
+
+    def poisoned(*args, **kwargs):  # the 25th training forward (epoch 2) returns NaN
+        model = build(*args, **kwargs)
+        calls = {"n": 0}
+
+        def hook(module, inputs, output):
+            if module.training:
+                calls["n"] += 1
+                if calls["n"] >= 25:
+                    return output * float("nan")
+            return output
+
+        model.register_forward_hook(hook)
+        return model
+
+    monkeypatch.setattr(trainer, "build_model", poisoned)
+    with pytest.raises(NonFiniteLoss, match=r"became nan at step 25 \(epoch 2\).*last good"):
+        run(tmp_path, "nan", epochs=3)
+    vitkit.load_model(tmp_path / "nan" / "last.safetensors")  # the epoch-1 checkpoint loads
+
+
+def test_distillation_loss_formulas():
+    torch.manual_seed(0)
+    cls, dist, teacher = torch.randn(3, 4, 5).unbind(0)
+    y = torch.tensor([0, 1, 2, 3])
+    hard = distillation_loss(cls, dist, y, teacher, "hard", alpha=0.3)
+    expected = 0.7 * F.cross_entropy(cls, y) + 0.3 * F.cross_entropy(dist, teacher.argmax(-1))
+    torch.testing.assert_close(hard, expected)
+    soft = distillation_loss(cls, dist, y, teacher, "soft", alpha=0.5, tau=2.0)
+    p_t = F.softmax(teacher / 2, -1)
+    kl = (p_t * (p_t.log() - F.log_softmax(dist / 2, -1))).sum() * 4 / dist.numel()
+    torch.testing.assert_close(soft, 0.5 * F.cross_entropy(cls, y) + 0.5 * kl)
+
+
+@pytest.fixture(scope="module")
+def cnn_teacher(tmp_path_factory):
+    """`vitkit train --model resnet18` on the same data: the teacher."""
+    out = tmp_path_factory.mktemp("teacher")
+    return run(out, "resnet18", model="resnet18", batch_size=128).run_dir / "best.safetensors"
+
+
+def test_cnn_checkpoint_loads_as_a_cnn(cnn_teacher):
+    teacher = vitkit.load_model(cnn_teacher)
+    assert teacher.cfg.arch == "resnet18" and teacher(torch.randn(2, 3, 16, 16)).shape == (2, 10)
+
+
+@pytest.mark.parametrize("kind", ["hard", "soft"])
+def test_distil_from_a_cnn_teacher(tmp_path, kind, cnn_teacher):
+    student = run(tmp_path, f"student-{kind}", distill=kind, teacher=str(cnn_teacher))
+    model = vitkit.load_model(student.run_dir / "last.safetensors")
+    assert model.cfg.distilled and model.num_prefix_tokens == 2
+
+
+def test_finetune_from_a_timm_checkpoint_with_new_classes_and_size(tmp_path):
+    peer = timm.create_model("vit_tiny_patch16_224", depth=2, img_size=32, patch_size=4)
+    torch.save(peer.state_dict(), tmp_path / "timm.pth")
+    r = run(tmp_path, "ft", recipe="finetune", init=str(tmp_path / "timm.pth"), img_size=16,
+            layer_decay=0.75)
+    model = vitkit.load_model(r.run_dir / "last.safetensors")
+    assert model.num_classes == 10 and model.grid_size == (4, 4)
+
+
+def test_epoch_batches_split_one_global_batch_across_processes():
+    single = epoch_batches(100, 8, seed=3, epoch=1, rank=0, world=1)
+    r0 = epoch_batches(100, 4, seed=3, epoch=1, rank=0, world=2)
+    r1 = epoch_batches(100, 4, seed=3, epoch=1, rank=1, world=2)
+    assert len(single) == len(r0) == len(r1) == 12
+    for s, a, b in zip(single, r0, r1, strict=True):
+        assert sorted(s) == sorted(a + b)
+
+
+def test_killed_mid_epoch_and_resumed_matches_an_uninterrupted_run(tmp_path):
+    args = ["train", "--model", "vit_micro_patch4_32", "--data", "digits", "--epochs", "2",
+            "--batch-size", "32", "--drop-path", "0.1", "--crop-scale", "0.6", "--hflip",
+            "--checkpoint-every", "5", "--out", str(tmp_path)]
+    whole = cli(*args, "--name", "whole")
+    assert whole.returncode == 0, whole.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "vitkit.cli", *args, "--name", "killed"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = tmp_path / "killed" / "state.pt"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if state.exists() and torch.load(state, weights_only=True)["step"] >= 10:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    saved = torch.load(state, weights_only=True)
+    assert saved["epoch"] == 0 and 0 < saved["step_in_epoch"]  # killed mid-epoch 1
+    resumed = cli("train", "--resume", str(tmp_path / "killed"))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed at epoch 1" in resumed.stderr
+    a, b = weights(tmp_path / "whole" / "last.safetensors"), \
+        weights(tmp_path / "killed" / "last.safetensors")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_torchrun_two_processes_equal_one_with_the_same_global_batch(tmp_path):
+    common = ["--model", "vit_nano_patch4_32", "--data", "digits", "--img-size", "16",
+              "--epochs", "1", "--out", str(tmp_path)]
+    single = cli("train", *common, "--batch-size", "64", "--name", "one")
+    assert single.returncode == 0, single.stderr
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                          "-m", "vitkit.cli", "train", *common, "--batch-size", "32",
+                          "--name", "two"], capture_output=True, text=True, env=env)
+    assert two.returncode == 0, two.stderr
+    assert "2 process(es)" in (tmp_path / "two" / "train.log").read_text()
+    a, b = weights(tmp_path / "one" / "last.safetensors"), \
+        weights(tmp_path / "two" / "last.safetensors")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=0, msg=k)
+
+
+# ------------------------------------------------------------------------------------- data
+def _folder(root, classes, n=3, size=(20, 20)):
+    rng = np.random.default_rng(0)
+    for c in classes:
+        (root / c).mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            Image.fromarray(rng.integers(0, 255, (*size, 3), dtype=np.uint8)).save(
+                root / c / f"{i}.png")
+
+
+def test_image_folder_skips_and_lists_broken_files(tmp_path):
+    _folder(tmp_path / "imgs", ["cat", "dog"], n=6)
+    (tmp_path / "imgs" / "cat" / "broken.jpg").write_bytes(b"\xff\xd8 not really")
+    Image.new("LA", (20, 20)).save(tmp_path / "imgs" / "dog" / "grey_alpha.png")
+    split = load_split(f"imagefolder:{tmp_path / 'imgs'}", "train", val_fraction=0.25)
+    assert split.classes == ["cat", "dog"]
+    assert any(s.endswith("broken.jpg") for s in split.skipped)
+    assert all(split[i][0].mode == "RGB" for i in range(len(split)))
+    r = run(tmp_path, "folder", data=f"imagefolder:{tmp_path / 'imgs'}", batch_size=4)
+    assert "skipped 1 unreadable images" in (r.run_dir / "train.log").read_text()
+
+
+def test_image_folder_with_train_and_val(tmp_path):
+    _folder(tmp_path / "ds" / "train", ["a", "b", "c"])
+    _folder(tmp_path / "ds" / "val", ["a", "b", "c"], n=1)
+    assert len(load_split(f"imagefolder:{tmp_path / 'ds'}", "val")) == 3
+
+
+def test_empty_class_and_missing_data_are_errors_before_training(tmp_path):
+    _folder(tmp_path / "imgs", ["cat"])
+    (tmp_path / "imgs" / "dog").mkdir()
+    with pytest.raises(DataError, match="class 'dog' has no readable images"):
+        load_split(f"imagefolder:{tmp_path / 'imgs'}", "train")
+    with pytest.raises(DataError, match="put the extracted 'cifar-10-batches-py' folder"):
+        load_split("cifar10", "train", root=str(tmp_path))
+    with pytest.raises(DataError, match="unknown dataset"):
+        load_split("mnist", "train")
+
+
+# ------------------------------------------------------------------------- eval and predict
+def test_eval_and_predict_commands(tmp_path):
+    r = run(tmp_path, "ev")
+    ckpt = str(r.run_dir / "best.safetensors")
+    out = cli("eval", ckpt, "--data", "digits", "--out", str(tmp_path / "eval"))
+    assert out.returncode == 0, out.stderr
+    assert "top-1" in out.stdout and (tmp_path / "eval" / "confusion.png").exists()
+    _folder(tmp_path / "pics", ["x"], n=2)
+    (tmp_path / "pics" / "x" / "bad.png").write_bytes(b"nope")
+    out = cli("predict", ckpt, str(tmp_path / "pics"), "--top-k", "3",
+              "--out", str(tmp_path / "p.csv"))
+    assert out.returncode == 0, out.stderr
+    lines = (tmp_path / "p.csv").read_text().splitlines()
+    assert lines[0].startswith("image,class1,prob1,class2,prob2,class3,prob3")
+    assert len(lines) == 4 and "cannot read image" in lines[-1]
+
+
+def test_warmup_then_cosine():
+    from vitkit.train.trainer import cosine_lr
+
+    lrs = [cosine_lr(s, 100, 10, 1.0) for s in range(100)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(lrs[9:], lrs[10:], strict=False))
+    assert lrs[-1] < 0.01

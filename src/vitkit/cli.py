@@ -143,6 +143,14 @@ def _cmd_study(args: argparse.Namespace) -> None:
     print("wrote " + ", ".join(str(p) for p in files.values()))
 
 
+def _cmd_bench(args: argparse.Namespace) -> None:
+    from vitkit.bench import bench, describe
+
+    print(describe(bench(args.name, batch=args.batch, img_size=args.img_size, train=args.train,
+                         attn=args.attn, compile=args.compile, dtype=args.dtype,
+                         device=args.device, steps=args.steps, warmup=args.warmup)))
+
+
 def _cmd_list(args: argparse.Namespace) -> None:
     print("\n".join(vitkit.list_models(args.pattern)))
 
@@ -264,6 +272,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="patch mode: image sizes to sweep as well")
     p.add_argument("--out", default=None, help="default runs/study")
     p.set_defaults(func=_cmd_study)
+
+    p = sub.add_parser(
+        "bench", help="time a model: images/s, ms/image, memory, share of the matmul peak",
+        description="Warm-up, then timed steps (synchronised on GPU); median and spread.")
+    p.add_argument("name", help="a registered model name")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--img-size", type=int, default=None)
+    p.add_argument("--train", action="store_true", help="time forward + backward + AdamW")
+    p.add_argument("--attn", action="store_true", help="inference with all-layer maps")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model first")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--steps", type=int, default=10, help="timed steps (default 10)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
+    p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("list", help="registered model names",
                        description="Registered model names, optionally filtered.")

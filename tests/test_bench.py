@@ -1,0 +1,48 @@
+"""`vitkit bench` and the compile-friendliness of the model (no graph breaks)."""
+
+import pytest
+import torch
+import torch._dynamo as dynamo
+
+import vitkit
+from vitkit.bench import bench, describe
+from vitkit.cli import main
+from vitkit.models.cost import flop_model
+
+
+@pytest.mark.parametrize(("train", "attn", "mode"), [(False, False, "inference"),
+                                                     (False, True, "inference+maps"),
+                                                     (True, False, "train")])
+def test_bench_reports_consistent_numbers(train, attn, mode):
+    r = bench("vit_nano_patch4_32", batch=4, train=train, attn=attn, steps=3, warmup=1)
+    assert r.mode == mode and r.step_ms > 0 and r.peak_gflops > 0 and r.peak_memory_mb > 0
+    assert r.images_per_s == pytest.approx(4 / (r.step_ms / 1000))
+    assert r.ms_per_image == pytest.approx(r.step_ms / 4)
+    fwd = flop_model(vitkit.create_model("vit_nano_patch4_32").cfg).flops / 1e9
+    assert r.gflops_per_image == pytest.approx(fwd * (3 if train else 1))
+    assert r.achieved_gflops == pytest.approx(r.gflops_per_image * r.images_per_s)
+    assert "% of this machine's measured matmul peak" in describe(r)
+
+
+def test_bench_errors_and_cli(capsys):
+    with pytest.raises(ValueError, match="dtype must be"):
+        bench("vit_nano_patch4_32", dtype="float16")
+    with pytest.raises(ValueError, match="drop --train or --attn"):
+        bench("vit_nano_patch4_32", train=True, attn=True)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            bench("vit_nano_patch4_32", device="cuda")
+    assert main(["bench", "vit_nano_patch4_32", "--batch", "2", "--steps", "2",
+                 "--img-size", "16", "--dtype", "bfloat16"]) == 0
+    out = capsys.readouterr().out
+    assert "vit_nano_patch4_32 inference: batch 2, 16x16, bfloat16 on cpu" in out
+
+
+@pytest.mark.parametrize("maps", [False, True], ids=["default", "maps"])
+def test_no_graph_breaks_under_torch_compile(maps):
+    model = vitkit.create_model("vit_nano_patch4_32").eval()
+    x = torch.randn(2, 3, 32, 32)
+    dynamo.reset()
+    report = dynamo.explain(lambda t: model(t, return_attn=maps))(x)
+    assert report.graph_break_count == 0, report.break_reasons
+    assert report.graph_count == 1

@@ -1,0 +1,127 @@
+"""vitkit against timm, Hugging Face transformers (sdpa and eager) and torchvision on identical
+architectures, weights and inputs, in one process, interleaved A B C ... so the machine's drift
+falls on all of them alike. Every number is a ratio of medians to vitkit's (above 1: vitkit is
+faster).
+
+Covers inference and a training step (forward, backward, AdamW) for ViT-S/16 and ViT-B/16 at
+224, and the cost of maps (vitkit with all-layer maps vs without; HF eager with
+output_attentions). Usage: python benchmarks/compare_peers.py [--batch 8] [--repeats 7]
+Writes benchmarks/results/compare_peers.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import timm
+import torch
+import torchvision
+import transformers
+
+import vitkit
+from vitkit.bench import interleaved, machine, median
+from vitkit.checkpoints import torchvision as tv_format
+
+OUT = Path(__file__).parent / "results" / "compare_peers.md"
+
+
+def peers(name: str) -> dict[str, torch.nn.Module]:
+    """The same weights in every library's own model class."""
+    torch.manual_seed(0)
+    ours = vitkit.create_model(name).eval()
+    out = {"vitkit": ours}
+    t = timm.create_model(name, num_classes=1000)
+    t.load_state_dict(ours.state_dict())
+    out["timm"] = t.eval()
+    with tempfile.TemporaryDirectory() as folder:  # transformers' own reader maps the names
+        vitkit.export(ours, folder, to="hf")
+        for impl in ("sdpa", "eager"):
+            out[f"hf-{impl}"] = transformers.ViTForImageClassification.from_pretrained(
+                folder, attn_implementation=impl).eval()
+    state, args = tv_format.from_vitkit(ours)
+    tv = torchvision.models.VisionTransformer(**args)
+    tv.load_state_dict(state)
+    out["torchvision"] = tv.eval()
+    return out
+
+
+def _logits(model, x):
+    out = model(x)
+    return getattr(out, "logits", out)
+
+
+def inference_calls(models: dict, x: torch.Tensor) -> dict:
+    calls = {k: (lambda m=m: _logits(m, x)) for k, m in models.items()}
+    calls["vitkit+maps"] = lambda: models["vitkit"](x, return_attn=True)
+    calls["hf-eager+attentions"] = lambda: models["hf-eager"](x, output_attentions=True)
+    return calls
+
+
+def train_calls(models: dict, x: torch.Tensor, y: torch.Tensor) -> dict:
+    calls = {}
+    for name in ("vitkit", "timm", "hf-sdpa", "torchvision"):
+        model = models[name].train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+        def step(m=model, o=opt):
+            loss = torch.nn.functional.cross_entropy(_logits(m, x), y)
+            loss.backward()
+            o.step()
+            o.zero_grad(set_to_none=True)
+
+        calls[name] = step
+    return calls
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--models", nargs="+",
+                        default=["vit_small_patch16_224", "vit_base_patch16_224"])
+    args = parser.parse_args()
+    lines = ["# vitkit against its peers", "",
+             f"Machine: {machine()}. float32, batch {args.batch}, median of {args.repeats} "
+             "interleaved rounds. Each cell: peer time / vitkit time for the same work (above "
+             "1.00: vitkit is faster). Same weights and inputs everywhere (logits checked).", ""]
+    for name in args.models:
+        models = peers(name)
+        x = torch.randn(args.batch, 3, 224, 224)
+        y = torch.randint(0, 1000, (args.batch,))
+        with torch.no_grad():
+            ref = _logits(models["vitkit"], x)
+            for k, m in models.items():
+                diff = (_logits(m, x) - ref).abs().max().item()
+                assert diff < 1e-3, f"{k} disagrees with vitkit by {diff}"
+        with torch.inference_mode():
+            inf = interleaved(inference_calls(models, x), repeats=args.repeats,
+                              desc=f"{name} inference")
+        trn = interleaved(train_calls(models, x, y), repeats=args.repeats, warmup=1,
+                          desc=f"{name} train")
+        base_i, base_t = median(inf["vitkit"]), median(trn["vitkit"])
+        maps = median(inf["vitkit+maps"]) / base_i
+        hf_maps = median(inf["hf-eager+attentions"])
+        hf_own = hf_maps / median(inf["hf-eager"])
+        lines += [f"## {name}", "",
+                  f"vitkit: inference {1000 * base_i / args.batch:.1f} ms/image, training "
+                  f"step {1000 * base_t / args.batch:.1f} ms/image.", "",
+                  "| work | timm | HF sdpa | HF eager | torchvision |", "|---|---|---|---|---|",
+                  "| inference | " + " | ".join(f"{median(inf[k]) / base_i:.2f}" for k in
+                                                ("timm", "hf-sdpa", "hf-eager", "torchvision"))
+                  + " |",
+                  "| training step | " + " | ".join(
+                      f"{median(trn[k]) / base_t:.2f}" if k in trn else "-"
+                      for k in ("timm", "hf-sdpa", "hf-eager", "torchvision")) + " |", "",
+                  f"Maps: vitkit with every layer's per-head maps costs {maps:.2f}x its plain "
+                  f"forward; HF eager with output_attentions costs {hf_maps / base_i:.2f}x "
+                  f"vitkit's plain forward ({hf_own:.2f}x its own).", ""]
+        print("\n".join(lines[-10:]), flush=True)
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text("\n".join(lines))
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()

@@ -255,3 +255,12 @@ def test_new_class_count_replaces_the_head_and_says_so(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1
     assert model.head.weight.shape == (10, 192)
     torch.testing.assert_close(model.blocks[5].attn.qkv.weight, peer.blocks[5].attn.qkv.weight)
+
+
+@pytest.mark.parametrize("arch", ["resnet18", "resnet50"])
+def test_torchvision_resnet_state_dict_loads_as_a_cnn(arch, tmp_path, x224):
+    peer = perturb(getattr(torchvision.models, arch)(num_classes=7))
+    torch.save(peer.state_dict(), tmp_path / "cnn.pth")
+    model = vitkit.load_model(tmp_path / "cnn.pth")
+    assert model.cfg.arch == arch and model.cfg.extra["source_format"] == "torchvision-resnet"
+    assert max_diff(logits(model, x224), logits(peer, x224)) < TOL

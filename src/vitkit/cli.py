@@ -246,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vit-steps", type=int, default=None, help="ViT steps (default 375)")
     p.add_argument("--cnn-steps", type=int, default=None, help="CNN steps (default 150)")
     p.add_argument("--images", type=int, default=None, help="images to explain (default 4)")
+    p.add_argument("--batch-size", type=int, default=None, help="default 64")
     p.add_argument("--out", default=None, help="output folder (default runs/demo)")
     p.add_argument("--quick", action="store_true", help="a tiny smoke run of about a minute")
     p.set_defaults(func=_cmd_demo)

@@ -23,13 +23,13 @@ import safetensors
 import safetensors.torch
 import torch
 
-from vitkit.checkpoints import deit, hf, jax, timm, torchvision
+from vitkit.checkpoints import deit, hf, jax, resnet, timm, torchvision
 from vitkit.checkpoints.common import CheckpointError, StateDict, infer_num_heads, strip_prefix
 from vitkit.models.cnn import CNN, CNNConfig
 from vitkit.models.pos_embed import Grid, to_grid
 from vitkit.models.vit import VisionTransformer, ViTConfig
 
-FORMATS = [deit, timm, hf, torchvision, jax]  # detection order: DeiT is timm with a dist_token
+FORMATS = [deit, timm, hf, torchvision, jax, resnet]  # DeiT first: timm with a dist_token
 EXPORTS = ("vitkit", "timm", "hf", "jax", "torchvision")
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "open_clip_model.safetensors")
 _SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".npz", ".ckpt")
@@ -163,7 +163,8 @@ def read_checkpoint(source: str | os.PathLike) -> Checkpoint:
 
 
 def detect_format(ckpt: Checkpoint) -> str:
-    """'vitkit', 'deit', 'timm', 'hf', 'torchvision' or 'jax', from the keys and files."""
+    """'vitkit', 'deit', 'timm', 'hf', 'torchvision', 'jax' or 'torchvision-resnet', from the
+    keys and files."""
     if ckpt.vitkit_config is not None:
         return "vitkit"
     for fmt in FORMATS:
@@ -223,7 +224,8 @@ def _describe(ckpt: Checkpoint, fmt: str, notes: list[str], pre_logits: bool,
     state, kwargs, extra = module.to_vitkit(dict(ckpt.state), config, notes)
     if num_heads is not None:
         kwargs["num_heads"] = num_heads
-    elif kwargs.get("num_heads") is None:  # timm and torchvision weights do not store heads
+    elif kwargs.get("family") != "cnn" and kwargs.get("num_heads") is None:
+        # timm and torchvision weights do not store the number of heads
         kwargs["num_heads"] = infer_num_heads(
             kwargs["embed_dim"], kwargs["depth"], kwargs["mlp_dim"], notes)
     if not pre_logits and kwargs.get("pre_logits"):

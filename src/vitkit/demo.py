@@ -18,7 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from vitkit import explain
 from vitkit.checkpoints.io import load_model
 from vitkit.data.digits import cluttered_digits
-from vitkit.data.images import load_image
+from vitkit.data.images import load_image, preprocessing
 from vitkit.explain import plot
 from vitkit.models.cost import flop_model
 from vitkit.report import Report
@@ -56,17 +56,16 @@ def _flops(model, img_size: int) -> int:
 
 def _examples(opts: DemoOptions, vit):
     """(normalised images (n, 3, H, W), pictures (n, H, W, 3), boxes or None, labels)."""
+    size, mean, std = preprocessing(vit)
     if opts.data == "cluttered-digits":
         d = cluttered_digits(opts.images, "val", canvas=opts.img_size, align=4, seed=99)
-        mean = torch.tensor(vit.cfg.extra["mean"])[:, None, None]
-        std = torch.tensor(vit.cfg.extra["std"])[:, None, None]
-        return (d.images - mean) / std, d.images.permute(0, 2, 3, 1).numpy(), d.boxes, d.labels
+        m, s = torch.tensor(mean)[:, None, None], torch.tensor(std)[:, None, None]
+        return (d.images - m) / s, d.images.permute(0, 2, 3, 1).numpy(), d.boxes, d.labels
     from vitkit.data.datasets import load_split
 
     split = load_split(opts.data, "val", opts.img_size)
     files = [split.images[i] for i in range(min(opts.images, len(split)))]
-    loaded = [load_image(f, vit.cfg.img_size, vit.cfg.extra["mean"], vit.cfg.extra["std"])
-              for f in files]
+    loaded = [load_image(f, size, mean, std) for f in files]
     return (torch.stack([x for x, _ in loaded]), [p for _, p in loaded], None,
             torch.tensor(split.labels[:len(files)]))
 

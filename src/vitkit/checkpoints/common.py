@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from vitkit.models.pos_embed import to_grid
 from vitkit.models.registry import VARIANTS
 
 StateDict = dict[str, torch.Tensor]
@@ -45,7 +46,7 @@ def infer_grid(rows: int, prefix: int, img_size=None, patch_size: int | None = N
     (with ``patch_size``) says otherwise.
     """
     if img_size is not None and patch_size:
-        h, w = (img_size, img_size) if isinstance(img_size, int) else img_size
+        h, w = to_grid(img_size)
         grid = (h // patch_size, w // patch_size)
         n = grid[0] * grid[1]
         if rows in (n, n + prefix):

@@ -268,14 +268,8 @@ def load_model(
     fmt = detect_format(ckpt)
     notes: list[str] = []
     state, kwargs = _describe(ckpt, fmt, notes, pre_logits, num_classes, num_heads)
-    if kwargs.get("family") == "cnn":  # a baseline or teacher CNN vitkit trained
-        model = CNN(CNNConfig(**kwargs))
-        load_state(model, state, strict, verbose)
-        if num_classes is not None and num_classes != model.num_classes:
-            say(f"head replaced: {model.num_classes} -> {num_classes} classes", verbose)
-            model.reset_classifier(num_classes)
-        return model.eval()
-    model = VisionTransformer(ViTConfig(**kwargs))
+    cnn = kwargs.get("family") == "cnn"  # a ResNet baseline or teacher
+    model = CNN(CNNConfig(**kwargs)) if cnn else VisionTransformer(ViTConfig(**kwargs))
     load_state(model, state, strict, verbose)
     for note in notes:
         say(note, verbose)
@@ -284,7 +278,7 @@ def load_model(
             f"{num_classes} (randomly initialised)", verbose)
         model.reset_classifier(num_classes)
         model.cfg.extra.pop("class_names", None)
-    if img_size is not None and to_grid(img_size) != model.cfg.img_size:
+    if img_size is not None and not cnn and to_grid(img_size) != model.cfg.img_size:
         old, old_img = model.grid_size, model.cfg.img_size
         model.set_img_size(img_size)
         new = model.grid_size

@@ -35,6 +35,14 @@ def resize_and_crop(img: Image.Image, size: tuple[int, int]) -> Image.Image:
     return img.crop((left, top, left + w, top + h))
 
 
+def preprocessing(model) -> tuple[tuple[int, int], tuple, tuple]:
+    """(input size (H, W), mean, std) a model was trained with, from its config and metadata
+    (ViT configs hold (H, W), CNN configs one side; mean/std default to the original ViT's)."""
+    size = model.cfg.img_size
+    size = (size, size) if isinstance(size, int) else tuple(size)
+    return size, model.cfg.extra.get("mean", DEFAULT_MEAN), model.cfg.extra.get("std", DEFAULT_STD)
+
+
 def load_image(path: str | os.PathLike, size: tuple[int, int],
                mean=DEFAULT_MEAN, std=DEFAULT_STD) -> tuple[torch.Tensor, np.ndarray]:
     """Image file -> (normalised tensor (3, H, W), the RGB picture (H, W, 3) in [0, 1]), resized

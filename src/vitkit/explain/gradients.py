@@ -15,6 +15,7 @@ import torch
 
 from vitkit.explain.attention import Layout, layout_of
 from vitkit.explain.rollout import rollout_fused
+from vitkit.models.vit import patch_grid
 
 
 @dataclass
@@ -29,7 +30,7 @@ class Attribution:
     layout: Layout
 
 
-def _targets(logits: torch.Tensor, target) -> torch.Tensor:
+def targets(logits: torch.Tensor, target) -> torch.Tensor:
     if target is None:
         return logits.argmax(-1)
     target = torch.as_tensor(target, device=logits.device).long()
@@ -45,7 +46,7 @@ def attention_gradients(model, x: torch.Tensor, target=None) -> Attribution:
     with torch.enable_grad():
         x = x.detach().requires_grad_(True)  # a graph even when the weights are frozen
         logits, maps = model(x, return_attn=True)
-        target = _targets(logits, target)
+        target = targets(logits, target)
         score = logits.gather(1, target[:, None]).sum()
         grads = torch.autograd.grad(score, list(maps))  # grads[i] belongs to maps[i]
     return Attribution(logits.detach(), target, [m.detach() for m in maps],
@@ -90,7 +91,7 @@ def token_gradcam(model, x: torch.Tensor, target=None) -> tuple[torch.Tensor, to
         with torch.enable_grad():
             x = x.detach().requires_grad_(True)
             logits = model(x)
-            target = _targets(logits, target)
+            target = targets(logits, target)
             score = logits.gather(1, target[:, None]).sum()
             tokens = captured["tokens"]  # (B, T, D)
             (grad,) = torch.autograd.grad(score, tokens)
@@ -100,10 +101,5 @@ def token_gradcam(model, x: torch.Tensor, target=None) -> tuple[torch.Tensor, to
     acts, grads = tokens.detach()[:, p:], grad[:, p:]  # (B, N, D)
     weights = grads.mean(1, keepdim=True)  # (B, 1, D)
     cam = (acts * weights).sum(-1).clamp_min(0)  # (B, N)
-    gh, gw = _grid_of(model, x)
+    gh, gw = patch_grid(x.shape[-2:], model.cfg.patch_size)
     return cam.reshape(-1, gh, gw), logits.detach()
-
-
-def _grid_of(model, x: torch.Tensor) -> tuple[int, int]:
-    p = model.cfg.patch_size
-    return x.shape[-2] // p, x.shape[-1] // p

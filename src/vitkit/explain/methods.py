@@ -7,7 +7,13 @@ from dataclasses import dataclass
 import torch
 
 from vitkit.explain.attention import cls_attention, layout_of, readout_grid
-from vitkit.explain.gradients import attention_gradients, chefer, grad_rollout, token_gradcam
+from vitkit.explain.gradients import (
+    attention_gradients,
+    chefer,
+    grad_rollout,
+    targets,
+    token_gradcam,
+)
 from vitkit.explain.rollout import attention_rollout
 
 METHODS = ("cls", "rollout", "grad-rollout", "chefer", "gradcam")
@@ -39,8 +45,7 @@ def explain_map(model, x: torch.Tensor, method: str = "rollout", target=None, *,
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if method == "gradcam":
         cam, logits = token_gradcam(model, x, target)
-        tgt = logits.argmax(-1) if target is None else torch.as_tensor(target).expand(len(x))
-        return Explanation(method, cam, logits, tgt)
+        return Explanation(method, cam, logits, targets(logits, target))
     if method in ("grad-rollout", "chefer"):
         attr = attention_gradients(model, x, target)
         matrix = grad_rollout(attr, residual, discard_ratio) if method == "grad-rollout" \

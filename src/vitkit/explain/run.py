@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vitkit.data.images import DEFAULT_MEAN, DEFAULT_STD, load_image
+from vitkit.data.images import load_image, preprocessing
 from vitkit.explain import plot
 from vitkit.explain.attention import METHODS_WITHOUT_CLS, cls_attention
 from vitkit.explain.methods import explain_map
@@ -47,12 +47,11 @@ def explain_images(model, images: list[str | os.PathLike], out_dir: str | os.Pat
     if method == "cls" and not has_cls:
         raise ValueError("this model pools by average and has no [CLS] readout; methods that "
                          f"apply: {', '.join(METHODS_WITHOUT_CLS)}")
-    mean = model.cfg.extra.get("mean", DEFAULT_MEAN)
-    std = model.cfg.extra.get("std", DEFAULT_STD)
+    size, mean, std = preprocessing(model)
     reports = []
     for path in images:
         path = Path(path)
-        x, picture = load_image(path, model.cfg.img_size, mean, std)
+        x, picture = load_image(path, size, mean, std)
         x = x[None]  # (1, 3, H, W)
         with torch.no_grad():
             logits, maps = model(x, return_attn=True)

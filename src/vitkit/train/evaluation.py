@@ -12,15 +12,10 @@ from torch.utils.data import DataLoader
 
 from vitkit.checkpoints.io import atomic_write, load_model
 from vitkit.data.datasets import IMAGE_SUFFIXES, load_split
-from vitkit.data.images import DEFAULT_MEAN, DEFAULT_STD, load_image
+from vitkit.data.images import load_image, preprocessing
 from vitkit.data.transforms import Transformed, eval_transform
 from vitkit.explain import plot
 from vitkit.train.trainer import evaluate
-
-
-def _input_size(model) -> int:
-    size = model.cfg.img_size
-    return size[0] if isinstance(size, tuple) else size
 
 
 def evaluate_checkpoint(checkpoint: str | os.PathLike, data: str, split: str = "val",
@@ -31,10 +26,8 @@ def evaluate_checkpoint(checkpoint: str | os.PathLike, data: str, split: str = "
     With ``out``, writes ``eval.json`` and ``confusion.png`` there.
     """
     model = load_model(checkpoint)
-    size = _input_size(model)
+    (size, _), mean, std = preprocessing(model)
     ds = load_split(data, split, size, **data_options)
-    mean = model.cfg.extra.get("mean", DEFAULT_MEAN)
-    std = model.cfg.extra.get("std", DEFAULT_STD)
     if len(ds.classes) != model.num_classes:
         raise ValueError(f"the checkpoint has {model.num_classes} classes but {data} has "
                          f"{len(ds.classes)}; evaluate on the data it was trained for")
@@ -76,10 +69,7 @@ def predict(checkpoint: str | os.PathLike, inputs: list[str | os.PathLike], top_
     """Top-k classes for each image file (folders are searched); unreadable files are
     reported with their error instead of stopping the run. ``out``: ``.csv`` or ``.json``."""
     model = load_model(checkpoint)
-    size = model.cfg.img_size
-    size = size if isinstance(size, tuple) else (size, size)
-    mean = model.cfg.extra.get("mean", DEFAULT_MEAN)
-    std = model.cfg.extra.get("std", DEFAULT_STD)
+    size, mean, std = preprocessing(model)
     names = model.cfg.extra.get("class_names") or [str(i) for i in range(model.num_classes)]
     rows = []
     for path in _image_files(inputs):

@@ -217,12 +217,10 @@ def _train(cfg: TrainConfig, resume, ctx, progress) -> RunResult:
     log = RunLog(run_dir, enabled=ctx.main, resume=state is not None)
     torch.manual_seed(cfg.seed)
 
-    train_split = load_split(cfg.data, "train", cfg.img_size, size=cfg.data_size,
-                             val_fraction=cfg.val_fraction, seed=cfg.seed, root=cfg.data_root,
-                             download=cfg.download)
-    val_split = load_split(cfg.data, "val", cfg.img_size, size=cfg.data_size,
-                           val_fraction=cfg.val_fraction, seed=cfg.seed, root=cfg.data_root,
-                           download=cfg.download)
+    data_options = dict(size=cfg.data_size, val_fraction=cfg.val_fraction, seed=cfg.seed,
+                        root=cfg.data_root, download=cfg.download)
+    train_split = load_split(cfg.data, "train", cfg.img_size, **data_options)
+    val_split = load_split(cfg.data, "val", cfg.img_size, **data_options)
     num_classes = len(train_split.classes)
     if cfg.data_fraction < 1.0:
         train_split = nested_subset(train_split, cfg.data_fraction, cfg.seed)
@@ -326,9 +324,10 @@ def _train(cfg: TrainConfig, resume, ctx, progress) -> RunResult:
                     else:
                         loss = F.cross_entropy(forward(x).float(), target,
                                                label_smoothing=cfg.label_smoothing)
-                    _check_finite(loss, step, epoch, run_dir, lr, ctx)
+                    value = loss.item()  # one host sync per micro-step, used twice
+                    _check_finite(value, step, epoch, run_dir, lr, ctx)
                     (loss / cfg.accum_steps).backward()
-                step_loss += loss.item() / cfg.accum_steps
+                step_loss += value / cfg.accum_steps
             if cfg.clip_grad > 0:
                 nn.utils.clip_grad_norm_(raw.parameters(), cfg.clip_grad)
             opt.step()
@@ -380,15 +379,16 @@ def _update_ema(ema: nn.Module, model: nn.Module, decay: float) -> None:
             e.copy_(b)
 
 
-def _check_finite(loss: torch.Tensor, step: int, epoch: int, run_dir: Path, lr: float,
+def _check_finite(loss: float, step: int, epoch: int, run_dir: Path, lr: float,
                   ctx) -> None:
-    bad = torch.tensor(float(not math.isfinite(loss.item())), device=ctx.device)
+    """Stop every process together when any one's loss is not finite."""
+    bad = torch.tensor(float(not math.isfinite(loss)), device=ctx.device)
     if distributed.all_reduce_sum(bad).item() > 0:
         last = run_dir / "last.safetensors"
         kept = f"the last good checkpoint is {last}" if last.exists() else \
             "no checkpoint was written before it"
         raise NonFiniteLoss(
-            f"the loss became {loss.item()} at step {step + 1} (epoch {epoch + 1}); training "
+            f"the loss became {loss} at step {step + 1} (epoch {epoch + 1}); training "
             f"stopped and {kept}. Usual causes: a learning rate too high (it was {lr:.3g}: "
             "try --lr lower, a longer --warmup-epochs or --clip-grad 1.0), float16 overflow "
             "(vitkit uses bfloat16 on GPU), or broken input images."

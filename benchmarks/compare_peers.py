@@ -5,13 +5,19 @@ faster).
 
 Covers inference and a training step (forward, backward, AdamW) for ViT-S/16 and ViT-B/16 at
 224, and the cost of maps (vitkit with all-layer maps vs without; HF eager with
-output_attentions). Usage: python benchmarks/compare_peers.py [--batch 8] [--repeats 7]
-Writes benchmarks/results/compare_peers.md.
+output_attentions; vitkit with the last layer's maps only), and what vitkit's in-place CPU
+inference path buys (vitkit with ``fused_inference = False`` as one more peer).
+Usage: python benchmarks/compare_peers.py [--batch 8] [--repeats 7] [--models NAME...]
+       [--device cpu|cuda] [--dtype float32|bfloat16] [--out PATH]
+Writes benchmarks/results/compare_peers.md (``--out`` elsewhere; benchmarks/gpu_check.sh uses
+it on a GPU with bf16 autocast).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
 import tempfile
 from pathlib import Path
 
@@ -32,6 +38,8 @@ def peers(name: str) -> dict[str, torch.nn.Module]:
     torch.manual_seed(0)
     ours = vitkit.create_model(name).eval()
     out = {"vitkit": ours}
+    out["vitkit-standard"] = copy.deepcopy(ours)
+    out["vitkit-standard"].fused_inference = False
     t = timm.create_model(name, num_classes=1000)
     t.load_state_dict(ours.state_dict())
     out["timm"] = t.eval()
@@ -52,21 +60,30 @@ def _logits(model, x):
     return getattr(out, "logits", out)
 
 
-def inference_calls(models: dict, x: torch.Tensor) -> dict:
-    calls = {k: (lambda m=m: _logits(m, x)) for k, m in models.items()}
-    calls["vitkit+maps"] = lambda: models["vitkit"](x, return_attn=True)
-    calls["hf-eager+attentions"] = lambda: models["hf-eager"](x, output_attentions=True)
+def inference_calls(models: dict, x: torch.Tensor, autocast) -> dict:
+    def under(fn):
+        def call():
+            with autocast():
+                return fn()
+        return call
+
+    calls = {k: under(lambda m=m: _logits(m, x)) for k, m in models.items()}
+    calls["vitkit+maps"] = under(lambda: models["vitkit"](x, return_attn=True))
+    calls["vitkit+last map"] = under(
+        lambda: models["vitkit"](x, return_attn=True, attn_layers=[-1]))
+    calls["hf-eager+attentions"] = under(lambda: models["hf-eager"](x, output_attentions=True))
     return calls
 
 
-def train_calls(models: dict, x: torch.Tensor, y: torch.Tensor) -> dict:
+def train_calls(models: dict, x: torch.Tensor, y: torch.Tensor, autocast) -> dict:
     calls = {}
     for name in ("vitkit", "timm", "hf-sdpa", "torchvision"):
         model = models[name].train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
 
         def step(m=model, o=opt):
-            loss = torch.nn.functional.cross_entropy(_logits(m, x), y)
+            with autocast():
+                loss = torch.nn.functional.cross_entropy(_logits(m, x), y)
             loss.backward()
             o.step()
             o.zero_grad(set_to_none=True)
@@ -81,32 +98,49 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--models", nargs="+",
                         default=["vit_small_patch16_224", "vit_base_patch16_224"])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                        help="bfloat16 runs every peer under the same autocast")
+    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
+    dev = torch.device(args.device)
+
+    def autocast():
+        if args.dtype == "float32":
+            return contextlib.nullcontext()
+        return torch.autocast(dev.type, dtype=torch.bfloat16)
+
+    what = "float32" if args.dtype == "float32" else "bfloat16 autocast"
     lines = ["# vitkit against its peers", "",
-             f"Machine: {machine()}. float32, batch {args.batch}, median of {args.repeats} "
+             f"Machine: {machine()}. {what} on {dev.type}, batch {args.batch}, median of "
+             f"{args.repeats} "
              "interleaved rounds. Each cell: peer time / vitkit time for the same work (above "
              "1.00: vitkit is faster). Same weights and inputs everywhere (logits checked).", ""]
     for name in args.models:
-        models = peers(name)
-        x = torch.randn(args.batch, 3, 224, 224)
-        y = torch.randint(0, 1000, (args.batch,))
-        with torch.no_grad():
-            ref = _logits(models["vitkit"], x)
+        models = {k: m.to(dev) for k, m in peers(name).items()}
+        x = torch.randn(args.batch, 3, 224, 224, device=dev)
+        y = torch.randint(0, 1000, (args.batch,), device=dev)
+        with torch.no_grad():  # same logits in float32 first
+            ref = _logits(models["vitkit"], x[:4])
             for k, m in models.items():
-                diff = (_logits(m, x) - ref).abs().max().item()
+                diff = (_logits(m, x[:4]) - ref).abs().max().item()
                 assert diff < 1e-3, f"{k} disagrees with vitkit by {diff}"
         with torch.inference_mode():
-            inf = interleaved(inference_calls(models, x), repeats=args.repeats,
+            inf = interleaved(inference_calls(models, x, autocast), repeats=args.repeats,
                               desc=f"{name} inference")
-        trn = interleaved(train_calls(models, x, y), repeats=args.repeats, warmup=1,
-                          desc=f"{name} train")
+        trn = interleaved(train_calls(models, x, y, autocast), repeats=args.repeats,
+                          warmup=1, desc=f"{name} train")
         base_i, base_t = median(inf["vitkit"]), median(trn["vitkit"])
         maps = median(inf["vitkit+maps"]) / base_i
+        last = median(inf["vitkit+last map"]) / base_i
+        fused = median(inf["vitkit-standard"]) / base_i
         hf_maps = median(inf["hf-eager+attentions"])
         hf_own = hf_maps / median(inf["hf-eager"])
         lines += [f"## {name}", "",
-                  f"vitkit: inference {1000 * base_i / args.batch:.1f} ms/image, training "
-                  f"step {1000 * base_t / args.batch:.1f} ms/image.", "",
+                  f"vitkit: inference {1000 * base_i / args.batch:.2f} ms/image "
+                  f"({args.batch / base_i:,.0f} images/s), training step "
+                  f"{1000 * base_t / args.batch:.2f} ms/image ({args.batch / base_t:,.0f} "
+                  "images/s).", "",
                   "| work | timm | HF sdpa | HF eager | torchvision |", "|---|---|---|---|---|",
                   "| inference | " + " | ".join(f"{median(inf[k]) / base_i:.2f}" for k in
                                                 ("timm", "hf-sdpa", "hf-eager", "torchvision"))
@@ -115,12 +149,15 @@ def main() -> None:
                       f"{median(trn[k]) / base_t:.2f}" if k in trn else "-"
                       for k in ("timm", "hf-sdpa", "hf-eager", "torchvision")) + " |", "",
                   f"Maps: vitkit with every layer's per-head maps costs {maps:.2f}x its plain "
-                  f"forward; HF eager with output_attentions costs {hf_maps / base_i:.2f}x "
-                  f"vitkit's plain forward ({hf_own:.2f}x its own).", ""]
-        print("\n".join(lines[-10:]), flush=True)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text("\n".join(lines))
-    print(f"wrote {OUT}")
+                  f"forward, with the last layer's {last:.2f}x; HF eager with output_attentions "
+                  f"costs {hf_maps / base_i:.2f}x "
+                  f"vitkit's plain forward ({hf_own:.2f}x its own).", "",
+                  f"vitkit's standard path (`fused_inference = False`, as under autograd) takes "
+                  f"{fused:.2f}x the in-place inference path's time.", ""]
+        print("\n".join(lines[-12:]), flush=True)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("\n".join(lines))  # after each model: a cut-short run keeps it
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,13 @@
 prediction, so the N^2 attention term is visible; and what gradient checkpointing does to a
 training step's peak memory.
 
-Usage: python benchmarks/scaling.py [--model vit_base_patch16_224] [--batch 2] [--repeats 5]
-       [--memory-batch 16]
+Two tables: time per image with about the same number of tokens in every forward (``--tokens``,
+so every setting's matrices have about as many rows and the machine runs them about as
+efficiently: the FLOP model counts work, not efficiency), and time per image at one fixed
+batch (``--batch``), where the few tokens of patch 32 make matrices too small for the peak.
+
+Usage: python benchmarks/scaling.py [--model vit_base_patch16_224] [--tokens 1600] [--batch 2]
+       [--repeats 5] [--memory-batch 16]
 Writes benchmarks/results/scaling.md.
 """
 
@@ -50,7 +55,9 @@ def saved_activations_mb(model_name: str, checkpointing: bool, batch: int) -> tu
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="vit_base_patch16_224")
-    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--tokens", type=int, default=1600,
+                        help="tokens per forward in the first table (batch = tokens / T)")
+    parser.add_argument("--batch", type=int, default=2, help="the second table's batch")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--memory-batch", type=int, default=16,
                         help="batch of the checkpointing measurement (activations dominate)")
@@ -62,27 +69,35 @@ def main() -> None:
         torch.manual_seed(0)
         models[key] = vitkit.create_model(args.model, img_size=img, patch_size=patch).eval()
         costs[key] = flop_model(models[key].cfg)
-    inputs = {k: torch.randn(args.batch, 3, *m.cfg.img_size) for k, m in models.items()}
-    calls = {k: (lambda m=m, x=inputs[k]: m(x)) for k, m in models.items()}
-    with torch.inference_mode():
-        times = interleaved(calls, repeats=args.repeats, desc="scaling")
     base = "224px / patch 16"
     lines = ["# Scaling with resolution and patch size", "",
-             f"Machine: {machine()}. {args.model} architecture, float32 inference, batch "
-             f"{args.batch}, median of {args.repeats} interleaved rounds. Ratios are to "
-             f"{base}; the FLOP model is the one `vitkit info` prints.", "",
-             "| setting | tokens T | attention share of FLOPs | time ratio | FLOP ratio | "
-             "measured / predicted |", "|---|---|---|---|---|---|"]
-    for key, cost in costs.items():
-        t_ratio = median(times[key]) / median(times[base])
-        f_ratio = cost.flops / costs[base].flops
-        lines.append(f"| {key} | {cost.tokens} | {100 * cost.attention / cost.macs:.1f}% | "
-                     f"{t_ratio:.2f} (±{100 * spread(times[key]):.0f}%) | {f_ratio:.2f} | "
-                     f"{t_ratio / f_ratio:.2f} |")
+             f"Machine: {machine()}. {args.model} architecture, float32 inference, median of "
+             f"{args.repeats} interleaved rounds. Ratios are of time per image, to {base}; the "
+             "FLOP model is the one `vitkit info` prints.", ""]
+    tables = [("About the same number of tokens in every forward",
+               {k: max(1, round(args.tokens / c.tokens)) for k, c in costs.items()}),
+              (f"A fixed batch of {args.batch}", {k: args.batch for k in costs})]
+    for title, batches in tables:
+        inputs = {k: torch.randn(batches[k], 3, *m.cfg.img_size) for k, m in models.items()}
+        calls = {k: (lambda m=m, x=inputs[k]: m(x)) for k, m in models.items()}
+        with torch.inference_mode():
+            times = interleaved(calls, repeats=args.repeats, desc=f"scaling: {title}")
+        per_image = {k: median(t) / batches[k] for k, t in times.items()}
+        lines += [f"## {title}", "",
+                  "| setting | batch | tokens T | attention share of FLOPs | time ratio | "
+                  "FLOP ratio | measured / predicted |", "|---|---|---|---|---|---|---|"]
+        for key, cost in costs.items():
+            t_ratio = per_image[key] / per_image[base]
+            f_ratio = cost.flops / costs[base].flops
+            lines.append(f"| {key} | {batches[key]} | {cost.tokens} | "
+                         f"{100 * cost.attention / cost.macs:.1f}% | {t_ratio:.2f} "
+                         f"(±{100 * spread(times[key]):.0f}%) | {f_ratio:.2f} | "
+                         f"{t_ratio / f_ratio:.2f} |")
+        lines.append("")
     plain, params = saved_activations_mb(args.model, False, args.memory_batch)
     ckpt, _ = saved_activations_mb(args.model, True, args.memory_batch)
     fixed = 4 * params  # weights + gradients + AdamW's two moments
-    lines += ["", "## Gradient checkpointing", "",
+    lines += ["## Gradient checkpointing", "",
               f"{args.model}, batch {args.memory_batch}: activations saved for backward (every "
               f"tensor through `saved_tensors_hooks`, storages counted once) {plain:.0f} MiB "
               f"without and {ckpt:.0f} MiB with `set_grad_checkpointing(True)` "

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from vitkit.models import inference
 from vitkit.models.pos_embed import Grid, interpolate_pos_embed, to_grid
 
 
@@ -244,6 +245,8 @@ class VisionTransformer(nn.Module):
         D = cfg.embed_dim
         self.num_prefix_tokens = cfg.num_prefix_tokens
         self.grad_checkpointing = False
+        # CPU inference without autograd computes the blocks in place (models/inference.py)
+        self.fused_inference = True
 
         self.patch_embed = PatchEmbed(cfg.patch_size, cfg.in_chans, D)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if cfg.class_token else None
@@ -388,13 +391,23 @@ class VisionTransformer(nn.Module):
         x = self._pos_embed(self.patch_embed(x), grid)
         wanted = set(self._layers_with_maps(attn_layers)) if return_attn else set()
         maps: dict[int, torch.Tensor] = {}
-        for i, block in enumerate(self.blocks):
-            if self.grad_checkpointing and torch.is_grad_enabled():
-                x, attn = checkpoint(block, x, i in wanted, use_reentrant=False)
-            else:
-                x, attn = block(x, i in wanted)
-            if attn is not None:
-                maps[i] = attn
+        if inference.applies(self, x):
+            B, T, D = x.shape
+            stream = x.reshape(B * T, D)  # x is this forward's own tensor: safe to update
+            ws = inference.Workspace()
+            for i, block in enumerate(self.blocks):
+                attn = inference.block_inplace(block, stream, B, ws, i in wanted)
+                if attn is not None:
+                    maps[i] = attn
+            x = stream.view(B, T, D)
+        else:
+            for i, block in enumerate(self.blocks):
+                if self.grad_checkpointing and torch.is_grad_enabled():
+                    x, attn = checkpoint(block, x, i in wanted, use_reentrant=False)
+                else:
+                    x, attn = block(x, i in wanted)
+                if attn is not None:
+                    maps[i] = attn
         x = self.norm(x)
         if not return_attn:
             return x

@@ -1,0 +1,120 @@
+"""The CPU inference path: the same blocks, computed in place with fewer passes over memory.
+
+A ViT forward is mostly matrix products, and on a CPU the best libraries already run those at
+the machine's matmul peak; what is left to win is everything around them. Under
+``torch.no_grad()`` / ``torch.inference_mode()`` a model in eval mode on the CPU runs its
+blocks through :func:`block_inplace`, which differs from ``Block.forward`` only in how the same
+numbers are computed:
+
+- the residual stream is one (B*T, D) buffer updated in place: ``x += proj(o)`` and
+  ``x += fc2(h)`` are single GEMMs that accumulate into ``x`` (``addmm_``), instead of a
+  product, a bias copy, and an add into a fresh tensor;
+- the qkv and MLP hidden activations go into two buffers reused by every block, and GELU runs
+  in place, so a forward touches a few fresh pages instead of several per block;
+- biases the softmax cannot see are not added at all: the key bias adds ``q . b_k`` to a whole
+  row of scores, which softmax ignores; the value bias passes through attention unchanged (each
+  row of weights sums to 1), so it is folded into the output projection's bias
+  (``b_proj + W_proj b_v``, a D-vector per block per call). Only the query bias is added.
+
+All of it is exact algebra, so the outputs equal the standard path's up to float rounding
+(about 1e-6; tests pin both paths against each other and against timm). Autograd, training,
+autocast, hooks and ``torch.compile`` take the standard path; so does any device other than the CPU,
+where fused bias epilogues and a caching allocator already give what this saves.
+``model.fused_inference = False`` turns it off.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Workspace:
+    """Buffers shared by every block of one forward, made on first use and then reused.
+
+    ``ws.buffer("qkv", (N, 3 * D), like=x)`` returns the same tensor to every block; a buffer
+    must never be returned to the caller (the next block overwrites it).
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, torch.Tensor] = {}
+
+    def buffer(self, name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        buf = self._buffers.get(name)
+        if buf is None or buf.shape != shape:
+            buf = self._buffers[name] = like.new_empty(shape)
+        return buf
+
+
+def applies(model: nn.Module, x: torch.Tensor) -> bool:
+    """Whether ``model``'s forward on ``x`` may take the in-place path."""
+    return (
+        getattr(model, "fused_inference", True)
+        and not torch.is_grad_enabled()
+        and not model.training
+        and x.device.type == "cpu"
+        and not torch.is_autocast_enabled("cpu")  # autocast chooses dtypes per op
+        and not torch.compiler.is_compiling()
+        and not _hooked(model)
+    )
+
+
+def _hooked(model: nn.Module) -> bool:
+    """Any forward hook on the model or its parts (they expect the standard calls)."""
+    from torch.nn.modules import module as m
+
+    if m._global_forward_hooks or m._global_forward_pre_hooks:
+        return True
+    return any(mod._forward_hooks or mod._forward_pre_hooks for mod in model.modules())
+
+
+def block_inplace(block: nn.Module, x: torch.Tensor, batch: int, ws: Workspace,
+                  return_attn: bool = False) -> torch.Tensor | None:
+    """One pre-norm block on the residual stream x (N, D), N = B*T, updated in place.
+
+    Returns the block's attention maps (B, h, T, T) when ``return_attn``, else None.
+    """
+    attn, mlp = block.attn, block.mlp
+    N, D = x.shape
+    T, h = N // batch, attn.num_heads
+    # attention: qkv without bias; add only the query's (see the module docstring)
+    y = F.layer_norm(x, (D,), block.norm1.weight, block.norm1.bias, block.norm1.eps)
+    qkv = torch.mm(y, attn.qkv.weight.t(), out=ws.buffer("qkv", (N, 3 * D), x))
+    proj_bias = attn.proj.bias
+    if attn.qkv.bias is not None:
+        b_q, _, b_v = attn.qkv.bias.view(3, D)
+        qkv[:, :D].add_(b_q)
+        proj_bias = torch.addmv(proj_bias, attn.proj.weight, b_v)
+    if return_attn:
+        o, maps = attention_with_maps(qkv, batch, h, ws)
+    else:
+        q, k, v = qkv.view(batch, T, 3, h, D // h).permute(2, 0, 3, 1, 4).unbind(0)
+        o, maps = F.scaled_dot_product_attention(q, k, v), None  # (B, h, T, d)
+    o = o.transpose(1, 2).reshape(N, D)
+    x.add_(proj_bias).addmm_(o, attn.proj.weight.t())
+    # MLP: fc1 into the shared hidden buffer, bias and exact GELU in place, fc2 accumulates
+    y = F.layer_norm(x, (D,), block.norm2.weight, block.norm2.bias, block.norm2.eps)
+    hidden = torch.mm(y, mlp.fc1.weight.t(), out=ws.buffer("hidden", (N, mlp.fc1.out_features), x))
+    torch.ops.aten.gelu_(hidden.add_(mlp.fc1.bias))
+    x.add_(mlp.fc2.bias).addmm_(hidden, mlp.fc2.weight.t())
+    return maps
+
+
+def attention_with_maps(qkv: torch.Tensor, batch: int, heads: int, ws: Workspace):
+    """softmax(q k^T / sqrt(d)) v with the weights kept: qkv (N, 3D) -> ((B, h, T, d), maps).
+
+    The maps are (B, h, T, T), each row summing to 1, as ``sdpa_attention`` returns them, and
+    are the only fresh memory: one copy puts q, k and v head-major in a workspace buffer so
+    both products are plain batched GEMMs, and the softmax runs in place in the scores, which
+    become the returned maps.
+    """
+    N, D3 = qkv.shape
+    T, d = N // batch, D3 // (3 * heads)
+    head_major = ws.buffer("heads", (3, batch, heads, T, d), qkv)
+    head_major.copy_(qkv.view(batch, T, 3, heads, d).permute(2, 0, 3, 1, 4))
+    q, k, v = head_major.view(3, batch * heads, T, d).unbind(0)
+    scores = torch.bmm(q.mul_(d ** -0.5), k.transpose(1, 2))  # (B*h, T, T)
+    torch.ops.aten._softmax.out(scores, -1, False, out=scores)  # row-wise: safe in place
+    o = torch.bmm(scores, v, out=ws.buffer("heads_out", (batch * heads, T, d), qkv))
+    return o.view(batch, heads, T, d), scores.view(batch, heads, T, T)

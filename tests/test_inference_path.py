@@ -123,3 +123,22 @@ def test_hooks_on_parts_still_fire():
     assert inference.applies(model, torch.randn(1, 3, 32, 32)) is False  # grad on here
     with torch.no_grad():
         assert inference.applies(model, torch.randn(1, 3, 32, 32))
+
+
+@pytest.mark.parametrize("overrides", [{}, dict(distilled=True), dict(num_reg_tokens=2)],
+                         ids=["cls", "distilled", "registers"])
+def test_readout_only_last_block_equals_all_rows(overrides):
+    model = model_with_biases(**overrides)
+    x = torch.randn(3, 3, 32, 32)
+    rows = len(model.cfg.readout_rows)
+    with torch.no_grad():
+        full = model.forward_features(x)  # every token through the last block
+        read = model.forward_features(x, readout_only=True)  # the readout rows only
+    assert read.shape == (3, rows, 48)
+    torch.testing.assert_close(read, full[:, :rows], atol=1e-5, rtol=1e-5)
+
+
+def test_readout_only_needs_a_cls_model():
+    model = model_with_biases(pool="avg", class_token=False)
+    with pytest.raises(ValueError, match="readout_only needs a \\[CLS\\]-pooled model"):
+        model.forward_features(torch.randn(1, 3, 32, 32), readout_only=True)

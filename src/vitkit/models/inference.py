@@ -16,6 +16,11 @@ numbers are computed:
   row of weights sums to 1), so it is folded into the output projection's bias
   (``b_proj + W_proj b_v``, a D-vector per block per call). Only the query bias is added.
 
+And when only the logits are asked for from a [CLS]-pooled model, the last block computes only
+the rows the head reads ([CLS], and DeiT's distillation token): keys and values still come
+from every token, but the query, output projection and MLP of the other rows are never
+computed, since nothing reads them (:func:`last_block_readout`, about 1/depth of the work).
+
 All of it is exact algebra, so the outputs equal the standard path's up to float rounding
 (about 1e-6; tests pin both paths against each other and against timm). Autograd, training,
 autocast, hooks and ``torch.compile`` take the standard path; so does any device other than the CPU,
@@ -118,3 +123,34 @@ def attention_with_maps(qkv: torch.Tensor, batch: int, heads: int, ws: Workspace
     torch.ops.aten._softmax.out(scores, -1, False, out=scores)  # row-wise: safe in place
     o = torch.bmm(scores, v, out=ws.buffer("heads_out", (batch * heads, T, d), qkv))
     return o.view(batch, heads, T, d), scores.view(batch, heads, T, T)
+
+
+def last_block_readout(block: nn.Module, x: torch.Tensor, batch: int, rows: int,
+                       ws: Workspace) -> torch.Tensor:
+    """The last block for the first ``rows`` tokens only: stream (N, D) -> (B, rows, D).
+
+    Every token still provides keys and values; only the readout rows ([CLS], distillation)
+    get a query, the output projection and the MLP, which is all the head reads.
+    """
+    attn, mlp = block.attn, block.mlp
+    N, D = x.shape
+    T, h = N // batch, attn.num_heads
+    y = F.layer_norm(x, (D,), block.norm1.weight, block.norm1.bias, block.norm1.eps)
+    kv = torch.mm(y, attn.qkv.weight[D:].t(), out=ws.buffer("qkv", (N, 3 * D), x)[:, :2 * D])
+    y_read = y.view(batch, T, D)[:, :rows].reshape(batch * rows, D)
+    q = torch.mm(y_read, attn.qkv.weight[:D].t())  # (B*rows, D)
+    proj_bias = attn.proj.bias
+    if attn.qkv.bias is not None:
+        b_q, _, b_v = attn.qkv.bias.view(3, D)
+        q.add_(b_q)
+        proj_bias = torch.addmv(proj_bias, attn.proj.weight, b_v)
+    q = q.view(batch, rows, h, D // h).transpose(1, 2)  # (B, h, rows, d)
+    k, v = kv.view(batch, T, 2, h, D // h).permute(2, 0, 3, 1, 4).unbind(0)  # (B, h, T, d)
+    o = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(batch * rows, D)
+    out = x.view(batch, T, D)[:, :rows].reshape(batch * rows, D)  # a copy: the readout rows
+    out.add_(proj_bias).addmm_(o, attn.proj.weight.t())
+    y = F.layer_norm(out, (D,), block.norm2.weight, block.norm2.bias, block.norm2.eps)
+    hidden = torch.addmm(mlp.fc1.bias, y, mlp.fc1.weight.t())
+    torch.ops.aten.gelu_(hidden)
+    out.add_(mlp.fc2.bias).addmm_(hidden, mlp.fc2.weight.t())
+    return out.view(batch, rows, D)

@@ -74,6 +74,14 @@ class ViTConfig:
         return int(self.class_token) + int(self.distilled) + self.num_reg_tokens
 
     @property
+    def readout_rows(self) -> tuple[int, ...] | None:
+        """The token rows the head reads: (0,) [CLS], (0, 1) with DeiT's distillation token,
+        None for average pooling."""
+        if self.pool == "avg":
+            return None
+        return (0, 1) if self.distilled else (0,)
+
+    @property
     def num_pos_prefix(self) -> int:
         """Prefix tokens that have a row in the position table."""
         return 0 if self.no_embed_class else self.num_prefix_tokens
@@ -115,10 +123,7 @@ class AttentionMaps(list):
         self.layers = list(layers)
         self.grid = tuple(grid)
         self.num_prefix_tokens = cfg.num_prefix_tokens
-        if cfg.pool == "avg":
-            self.readout = None
-        else:
-            self.readout = (0, 1) if cfg.distilled else (0,)
+        self.readout = cfg.readout_rows
 
 
 class PatchEmbed(nn.Module):
@@ -375,13 +380,19 @@ class VisionTransformer(nn.Module):
 
     def forward_features(
         self, x: torch.Tensor, return_attn: bool = False,
-        attn_layers: Sequence[int] | None = None,
+        attn_layers: Sequence[int] | None = None, *, readout_only: bool = False,
     ):
         """(B, C, H, W) -> tokens (B, T, D) after the final norm, and maps if asked.
 
         With ``return_attn`` the second value is a list of (B, heads, T, T), one per layer in
-        ``attn_layers`` (all layers when ``None``), in the order asked.
+        ``attn_layers`` (all layers when ``None``), in the order asked. ``readout_only`` (a
+        [CLS]-pooled model) returns only the rows the head reads, (B, R, D) with R = 1, or 2
+        for DeiT's distillation token; the CPU inference path then computes only those rows
+        in the last block.
         """
+        if readout_only and self.cfg.readout_rows is None:
+            raise ValueError("readout_only needs a [CLS]-pooled model; this one pools 'avg'")
+        rows = len(self.cfg.readout_rows) if readout_only else None
         if attn_layers is not None and not return_attn:
             raise ValueError("attn_layers selects which maps to return; pass return_attn=True")
         if x.dim() != 4 or x.shape[1] != self.cfg.in_chans:
@@ -395,11 +406,16 @@ class VisionTransformer(nn.Module):
             B, T, D = x.shape
             stream = x.reshape(B * T, D)  # x is this forward's own tensor: safe to update
             ws = inference.Workspace()
+            last = len(self.blocks) - 1
             for i, block in enumerate(self.blocks):
+                if i == last and rows is not None and i not in wanted:
+                    x = inference.last_block_readout(block, stream, B, rows, ws)
+                    break
                 attn = inference.block_inplace(block, stream, B, ws, i in wanted)
                 if attn is not None:
                     maps[i] = attn
-            x = stream.view(B, T, D)
+            else:
+                x = stream.view(B, T, D)
         else:
             for i, block in enumerate(self.blocks):
                 if self.grad_checkpointing and torch.is_grad_enabled():
@@ -408,7 +424,7 @@ class VisionTransformer(nn.Module):
                     x, attn = block(x, i in wanted)
                 if attn is not None:
                     maps[i] = attn
-        x = self.norm(x)
+        x = self.norm(x[:, :rows] if rows is not None else x)
         if not return_attn:
             return x
         layers = self._layers_with_maps(attn_layers)
@@ -448,7 +464,9 @@ class VisionTransformer(nn.Module):
                 raise ValueError("distill_heads=True needs a distilled model (distilled=True)")
             x = self.forward_features(x)
             return self.head(self.head_drop(x[:, 0])), self.head_dist(self.head_drop(x[:, 1]))
-        if not return_attn:
-            return self.forward_head(self.forward_features(x, attn_layers=attn_layers))
+        if not return_attn:  # a [CLS] head reads its rows only: the last block skips the rest
+            readout_only = self.cfg.pool == "cls"
+            return self.forward_head(
+                self.forward_features(x, attn_layers=attn_layers, readout_only=readout_only))
         x, maps = self.forward_features(x, True, attn_layers)
         return self.forward_head(x), maps

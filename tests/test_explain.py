@@ -211,6 +211,22 @@ def test_every_method_is_batched_and_shaped_like_the_grid(method):
     torch.testing.assert_close(batch[1:2], single, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("method", ["cls", "rollout"])
+def test_attention_methods_reuse_outputs_already_computed(method):
+    model = small()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        outputs = model(x, return_attn=True)
+    calls = []
+    handle = model.register_forward_hook(lambda m, i, o: calls.append(1))
+    try:
+        reused = explain.explain_map(model, x, method, outputs=outputs)
+    finally:
+        handle.remove()
+    assert calls == []  # the model did not run again
+    torch.testing.assert_close(reused.map, explain.explain_map(model, x, method).map)
+
+
 def test_gap_and_distilled_models_read_out_their_own_tokens():
     gap = small(pool="avg", class_token=False)
     for method in ("rollout", "chefer", "gradcam"):

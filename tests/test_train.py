@@ -180,6 +180,17 @@ def test_killed_mid_epoch_and_resumed_matches_an_uninterrupted_run(tmp_path):
         assert torch.equal(a[k], b[k]), k
 
 
+def test_grad_checkpointing_trains_the_same_weights(tmp_path):
+    kw = dict(drop_path=0.1, epochs=1, steps=6)
+    plain = run(tmp_path, "plain", **kw)
+    ckpt = run(tmp_path, "ckpt", grad_checkpointing=True, **kw)
+    a, b = weights(plain.run_dir / "last.safetensors"), weights(ckpt.run_dir / "last.safetensors")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=0, msg=k)
+    with pytest.raises(ValueError, match="applies to ViTs"):
+        run(tmp_path, "cnn", model="resnet18", grad_checkpointing=True, steps=1)
+
+
 def test_torchrun_two_processes_equal_one_with_the_same_global_batch(tmp_path):
     common = ["--model", "vit_nano_patch4_32", "--data", "digits", "--img-size", "16",
               "--epochs", "1", "--out", str(tmp_path)]

@@ -32,14 +32,17 @@ class Explanation:
 
 def explain_map(model, x: torch.Tensor, method: str = "rollout", target=None, *,
                 layer: int = -1, head: int | str = "mean", residual: float = 0.5,
-                discard_ratio: float = 0.0, head_fusion: str = "mean") -> Explanation:
+                discard_ratio: float = 0.0, head_fusion: str = "mean",
+                outputs: tuple[torch.Tensor, list] | None = None) -> Explanation:
     """The (B, gh, gw) relevance of each patch under ``method`` for ``target``.
 
     ``cls``: [CLS] attention of ``layer`` with ``head`` an index or an explicit fusion;
     ``rollout``: attention rollout (``residual``, ``head_fusion``, ``discard_ratio``);
     ``grad-rollout``: gradient-weighted rollout; ``chefer``: Chefer et al. 2021;
     ``gradcam``: Grad-CAM on the last block's input tokens. Attention-only methods explain the
-    predicted class whatever ``target`` is.
+    predicted class whatever ``target`` is. ``outputs``: the (logits, maps) that
+    ``model(x, return_attn=True)`` already gave for this ``x``; ``cls`` and ``rollout`` then
+    reuse them instead of running the model again.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
@@ -51,8 +54,10 @@ def explain_map(model, x: torch.Tensor, method: str = "rollout", target=None, *,
         matrix = grad_rollout(attr, residual, discard_ratio) if method == "grad-rollout" \
             else chefer(attr)
         return Explanation(method, readout_grid(matrix, attr.layout), attr.logits, attr.target)
-    with torch.no_grad():
-        logits, maps = model(x, return_attn=True)
+    if outputs is None:
+        with torch.no_grad():
+            outputs = model(x, return_attn=True)
+    logits, maps = outputs
     if method == "cls":
         grid_map = cls_attention(maps, layer=layer, head=head)
     else:

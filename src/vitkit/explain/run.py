@@ -73,7 +73,8 @@ def explain_images(model, images: list[str | os.PathLike], out_dir: str | os.Pat
             ]
             panels = {f"L{shown} h{h}": m for h, m in enumerate(cls_all[shown].numpy())}
         chosen = head if head is not None else "mean"
-        explanation = explain_map(model, x, method, layer=layer, head=chosen)
+        explanation = explain_map(model, x, method, layer=layer, head=chosen,
+                                  outputs=(logits, maps))
         grid_map = explanation.map[0]
         label = f"cls ({chosen})" if method == "cls" else method
         panels[label] = grid_map.numpy()

@@ -61,6 +61,7 @@ class TrainConfig:
     workers: int = 0
     device: str = "auto"  # auto | cpu | cuda
     compile: bool = False
+    grad_checkpointing: bool = False  # ViTs: recompute blocks in backward, less memory
     checkpoint_every: int = 0  # also save resumable state every N steps; 0 = each epoch
     eval_every: int = 1  # evaluate (and save) every N epochs, and after the last
     out: str = "runs"

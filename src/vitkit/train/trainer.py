@@ -238,6 +238,10 @@ def _train(cfg: TrainConfig, resume, ctx, progress) -> RunResult:
     if state is not None:
         model.load_state_dict(state["model"])
     raw = model.to(ctx.device)
+    if cfg.grad_checkpointing:
+        if not hasattr(raw, "set_grad_checkpointing"):
+            raise ValueError(f"--grad-checkpointing applies to ViTs; {cfg.model} is a CNN")
+        raw.set_grad_checkpointing(True)
     ema = copy.deepcopy(raw).eval().requires_grad_(False) if cfg.ema_decay > 0 else None
     if ema is not None and state is not None and state["ema"] is not None:
         ema.load_state_dict(state["ema"])

@@ -1,7 +1,7 @@
 """vitkit against timm, Hugging Face transformers (sdpa and eager) and torchvision on identical
 architectures, weights and inputs, in one process, interleaved A B C ... so the machine's drift
-falls on all of them alike. Every number is a ratio of medians to vitkit's (above 1: vitkit is
-faster).
+falls on all of them alike. Every number is the median of the per-round ratios to vitkit's
+time (above 1: vitkit is faster), with their spread (half the interquartile range).
 
 Covers inference and a training step (forward, backward, AdamW) for ViT-S/16 and ViT-B/16 at
 224, and the cost of maps (vitkit with all-layer maps vs without; HF eager with
@@ -27,7 +27,7 @@ import torchvision
 import transformers
 
 import vitkit
-from vitkit.bench import interleaved, machine, median
+from vitkit.bench import interleaved, machine, median, spread
 from vitkit.checkpoints import torchvision as tv_format
 
 OUT = Path(__file__).parent / "results" / "compare_peers.md"
@@ -114,8 +114,9 @@ def main() -> None:
     lines = ["# vitkit against its peers", "",
              f"Machine: {machine()}. {what} on {dev.type}, batch {args.batch}, median of "
              f"{args.repeats} "
-             "interleaved rounds. Each cell: peer time / vitkit time for the same work (above "
-             "1.00: vitkit is faster). Same weights and inputs everywhere (logits checked).", ""]
+             "interleaved rounds. Each cell: peer time / vitkit time for the same work in the same "
+             "round, median over rounds (± half the interquartile range; above 1.00: vitkit is "
+             "faster). Same weights and inputs everywhere (logits checked).", ""]
     for name in args.models:
         models = {k: m.to(dev) for k, m in peers(name).items()}
         x = torch.randn(args.batch, 3, 224, 224, device=dev)
@@ -131,29 +132,31 @@ def main() -> None:
         trn = interleaved(train_calls(models, x, y, autocast), repeats=args.repeats,
                           warmup=1, desc=f"{name} train")
         base_i, base_t = median(inf["vitkit"]), median(trn["vitkit"])
-        maps = median(inf["vitkit+maps"]) / base_i
-        last = median(inf["vitkit+last map"]) / base_i
-        fused = median(inf["vitkit-standard"]) / base_i
-        hf_maps = median(inf["hf-eager+attentions"])
-        hf_own = hf_maps / median(inf["hf-eager"])
+
+        def ratio(times: dict, a: str, b: str = "vitkit", unit: str = "") -> str:
+            """Median and spread of the per-round ratios a / b (each round times both)."""
+            r = [ta / tb for ta, tb in zip(times[a], times[b], strict=True)]
+            return f"{median(r):.2f}{unit}" + (f" (±{100 * spread(r):.0f}%)" if len(r) > 1 else "")
+
+        peers_ = ("timm", "hf-sdpa", "hf-eager", "torchvision")
         lines += [f"## {name}", "",
                   f"vitkit: inference {1000 * base_i / args.batch:.2f} ms/image "
                   f"({args.batch / base_i:,.0f} images/s), training step "
                   f"{1000 * base_t / args.batch:.2f} ms/image ({args.batch / base_t:,.0f} "
                   "images/s).", "",
                   "| work | timm | HF sdpa | HF eager | torchvision |", "|---|---|---|---|---|",
-                  "| inference | " + " | ".join(f"{median(inf[k]) / base_i:.2f}" for k in
-                                                ("timm", "hf-sdpa", "hf-eager", "torchvision"))
-                  + " |",
+                  "| inference | " + " | ".join(ratio(inf, k) for k in peers_) + " |",
                   "| training step | " + " | ".join(
-                      f"{median(trn[k]) / base_t:.2f}" if k in trn else "-"
-                      for k in ("timm", "hf-sdpa", "hf-eager", "torchvision")) + " |", "",
-                  f"Maps: vitkit with every layer's per-head maps costs {maps:.2f}x its plain "
-                  f"forward, with the last layer's {last:.2f}x; HF eager with output_attentions "
-                  f"costs {hf_maps / base_i:.2f}x "
-                  f"vitkit's plain forward ({hf_own:.2f}x its own).", "",
+                      ratio(trn, k) if k in trn else "-" for k in peers_) + " |", "",
+                  f"Maps: vitkit with every layer's per-head maps costs "
+                  f"{ratio(inf, 'vitkit+maps', unit='x')} its plain forward, with the last "
+                  f"layer's {ratio(inf, 'vitkit+last map', unit='x')}; HF eager with "
+                  f"output_attentions costs "
+                  f"{ratio(inf, 'hf-eager+attentions', unit='x')} vitkit's plain forward "
+                  f"({ratio(inf, 'hf-eager+attentions', 'hf-eager', unit='x')} its own).", "",
                   f"vitkit's standard path (`fused_inference = False`, as under autograd) takes "
-                  f"{fused:.2f}x the in-place inference path's time.", ""]
+                  f"{ratio(inf, 'vitkit-standard', unit='x')} the in-place inference path's "
+                  "time.", ""]
         print("\n".join(lines[-12:]), flush=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("\n".join(lines))  # after each model: a cut-short run keeps it

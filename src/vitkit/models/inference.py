@@ -23,8 +23,8 @@ computed, since nothing reads them (:func:`last_block_readout`, about 1/depth of
 
 All of it is exact algebra, so the outputs equal the standard path's up to float rounding
 (about 1e-6; tests pin both paths against each other and against timm). Autograd, training,
-autocast, hooks and ``torch.compile`` take the standard path; so does any device other than the CPU,
-where fused bias epilogues and a caching allocator already give what this saves.
+autocast, hooks and ``torch.compile`` take the standard path; so does any device other than
+the CPU, where fused bias epilogues and a caching allocator already give what this saves.
 ``model.fused_inference = False`` turns it off.
 """
 
@@ -86,11 +86,9 @@ def block_inplace(block: nn.Module, x: torch.Tensor, batch: int, ws: Workspace,
     # attention: qkv without bias; add only the query's (see the module docstring)
     y = F.layer_norm(x, (D,), block.norm1.weight, block.norm1.bias, block.norm1.eps)
     qkv = torch.mm(y, attn.qkv.weight.t(), out=ws.buffer("qkv", (N, 3 * D), x))
-    proj_bias = attn.proj.bias
-    if attn.qkv.bias is not None:
-        b_q, _, b_v = attn.qkv.bias.view(3, D)
+    b_q, proj_bias = _query_and_output_biases(attn)
+    if b_q is not None:
         qkv[:, :D].add_(b_q)
-        proj_bias = torch.addmv(proj_bias, attn.proj.weight, b_v)
     if return_attn:
         o, maps = attention_with_maps(qkv, batch, h, ws)
     else:
@@ -104,6 +102,14 @@ def block_inplace(block: nn.Module, x: torch.Tensor, batch: int, ws: Workspace,
     torch.ops.aten.gelu_(hidden.add_(mlp.fc1.bias))
     x.add_(mlp.fc2.bias).addmm_(hidden, mlp.fc2.weight.t())
     return maps
+
+
+def _query_and_output_biases(attn: nn.Module) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """(b_q, b_proj + W_proj b_v): the key bias is dropped, the value bias folded."""
+    if attn.qkv.bias is None:
+        return None, attn.proj.bias
+    b_q, _, b_v = attn.qkv.bias.view(3, -1)
+    return b_q, torch.addmv(attn.proj.bias, attn.proj.weight, b_v)
 
 
 def attention_with_maps(qkv: torch.Tensor, batch: int, heads: int, ws: Workspace):
@@ -136,14 +142,13 @@ def last_block_readout(block: nn.Module, x: torch.Tensor, batch: int, rows: int,
     N, D = x.shape
     T, h = N // batch, attn.num_heads
     y = F.layer_norm(x, (D,), block.norm1.weight, block.norm1.bias, block.norm1.eps)
-    kv = torch.mm(y, attn.qkv.weight[D:].t(), out=ws.buffer("qkv", (N, 3 * D), x)[:, :2 * D])
+    kv_buf = ws.buffer("qkv", (N, 3 * D), x).view(-1)[: N * 2 * D].view(N, 2 * D)
+    kv = torch.mm(y, attn.qkv.weight[D:].t(), out=kv_buf)  # (N, 2D): keys, values
     y_read = y.view(batch, T, D)[:, :rows].reshape(batch * rows, D)
     q = torch.mm(y_read, attn.qkv.weight[:D].t())  # (B*rows, D)
-    proj_bias = attn.proj.bias
-    if attn.qkv.bias is not None:
-        b_q, _, b_v = attn.qkv.bias.view(3, D)
+    b_q, proj_bias = _query_and_output_biases(attn)
+    if b_q is not None:
         q.add_(b_q)
-        proj_bias = torch.addmv(proj_bias, attn.proj.weight, b_v)
     q = q.view(batch, rows, h, D // h).transpose(1, 2)  # (B, h, rows, d)
     k, v = kv.view(batch, T, 2, h, D // h).permute(2, 0, 3, 1, 4).unbind(0)  # (B, h, T, d)
     o = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(batch * rows, D)

@@ -1,9 +1,10 @@
 """`vitkit bench` over models x image sizes x (inference, training step), as one Markdown table.
 
-``--batch`` is the batch at 224; other sizes keep about as many tokens per step (384 -> about
-a third), so memory stays level. A configuration that runs out of memory gets a row saying so
-and the rest still run. ``--compile`` compiles the model for each configuration (on a GPU this
-is where the bf16 throughput comes from; the compile time is outside the timed steps).
+``--batch`` is the batch at the model's own size (224 for the ViT-B/L names); other sizes keep
+about as many tokens per step (384 -> about a third), so memory stays level. A configuration
+that runs out of memory gets a row saying so and the rest still run. ``--compile`` compiles
+the model for each configuration (on a GPU this is where the bf16 throughput comes from; the
+compile time is outside the timed steps).
 
 Usage: python benchmarks/bench_table.py [--models NAME...] [--sizes 224 384] [--batch 256]
        [--device cpu|cuda] [--dtype float32|bfloat16] [--compile] [--steps 10] [--out PATH]
@@ -22,11 +23,11 @@ from vitkit.models.cost import flop_model
 from vitkit.models.registry import create_model
 
 
-def batch_for(name: str, size: int, batch_224: int) -> int:
-    """About the same number of tokens per step as ``batch_224`` images at 224."""
+def batch_for(name: str, size: int, batch: int) -> int:
+    """About the same number of tokens per step as ``batch`` images at the model's own size."""
     tokens = flop_model(create_model(name, img_size=size).cfg).tokens
-    base = flop_model(create_model(name, img_size=224).cfg).tokens
-    return max(1, round(batch_224 * base / tokens))
+    base = flop_model(create_model(name).cfg).tokens
+    return max(1, round(batch * base / tokens))
 
 
 def main() -> None:
@@ -34,7 +35,8 @@ def main() -> None:
     parser.add_argument("--models", nargs="+",
                         default=["vit_base_patch16_224", "vit_large_patch16_224"])
     parser.add_argument("--sizes", type=int, nargs="+", default=[224, 384])
-    parser.add_argument("--batch", type=int, default=256, help="batch at 224")
+    parser.add_argument("--batch", type=int, default=256,
+                        help="batch at the model's own image size")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="bfloat16")
     parser.add_argument("--compile", action="store_true")

@@ -123,9 +123,11 @@ def attention_with_maps(qkv: torch.Tensor, batch: int, heads: int, ws: Workspace
     N, D3 = qkv.shape
     T, d = N // batch, D3 // (3 * heads)
     head_major = ws.buffer("heads", (3, batch, heads, T, d), qkv)
-    head_major.copy_(qkv.view(batch, T, 3, heads, d).permute(2, 0, 3, 1, 4))
+    src = qkv.view(batch, T, 3, heads, d).permute(2, 0, 3, 1, 4)  # (3, B, h, T, d)
+    torch.mul(src[0], d ** -0.5, out=head_major[0])  # q, scaled on the way
+    head_major[1:].copy_(src[1:])  # k, v
     q, k, v = head_major.view(3, batch * heads, T, d).unbind(0)
-    scores = torch.bmm(q.mul_(d ** -0.5), k.transpose(1, 2))  # (B*h, T, T)
+    scores = torch.bmm(q, k.transpose(1, 2))  # (B*h, T, T)
     torch.ops.aten._softmax.out(scores, -1, False, out=scores)  # row-wise: safe in place
     o = torch.bmm(scores, v, out=ws.buffer("heads_out", (batch * heads, T, d), qkv))
     return o.view(batch, heads, T, d), scores.view(batch, heads, T, T)

@@ -142,3 +142,24 @@ def test_readout_only_needs_a_cls_model():
     model = model_with_biases(pool="avg", class_token=False)
     with pytest.raises(ValueError, match="readout_only needs a \\[CLS\\]-pooled model"):
         model.forward_features(torch.randn(1, 3, 32, 32), readout_only=True)
+
+
+@pytest.mark.parametrize("overrides", [{}, dict(distilled=True), dict(qkv_bias=False)],
+                         ids=["cls", "distilled", "no-qkv-bias"])
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointed"])
+def test_readout_only_training_gives_the_full_paths_gradients(overrides, checkpointing):
+    """model(x) skips the last block's other rows under autograd too: same loss, same grads."""
+    model = model_with_biases(**overrides).train().double()  # float64: exact up to 1e-12
+    model.set_grad_checkpointing(checkpointing)
+    x, y = torch.randn(3, 3, 32, 32, dtype=torch.float64), torch.tensor([0, 3, 6])
+
+    def grads(logits):
+        model.zero_grad()
+        torch.nn.functional.cross_entropy(logits, y).backward()
+        return {k: p.grad.clone() for k, p in model.named_parameters()}
+
+    full = grads(model.forward_head(model.forward_features(x)))  # every row of every block
+    read = grads(model(x))  # readout rows only in the last block
+    for k in full:
+        torch.testing.assert_close(read[k], full[k], atol=1e-12, rtol=1e-10, msg=k)
+    assert full["blocks.2.mlp.fc1.weight"].abs().sum() > 0

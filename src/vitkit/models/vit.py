@@ -170,13 +170,26 @@ class Attention(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
 
-    def forward(self, x: torch.Tensor, return_attn: bool = False):
+    def forward(self, x: torch.Tensor, return_attn: bool = False, rows: int | None = None):
+        """(B, T, D) -> (B, T, D); with ``rows``, only the first ``rows`` tokens ask: (B, rows, D).
+
+        Every token still gives keys and values; ``rows`` (the readout tokens of the last
+        block) saves the other rows' queries, attention outputs and projection.
+        """
         B, T, D = x.shape
-        qkv = self.qkv(x).reshape(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv.unbind(0)  # each (B, h, T, d)
+        h, d = self.num_heads, self.head_dim
         dropout_p = self.attn_drop if self.training else 0.0
-        x, attn = sdpa_attention(q, k, v, dropout_p, return_attn)  # (B, h, T, d)
-        x = x.transpose(1, 2).reshape(B, T, D)
+        if rows is None:
+            qkv = self.qkv(x).reshape(B, T, 3, h, d).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv.unbind(0)  # each (B, h, T, d)
+        else:
+            w, b = self.qkv.weight, self.qkv.bias
+            q = F.linear(x[:, :rows], w[:D], None if b is None else b[:D])
+            q = q.reshape(B, rows, h, d).transpose(1, 2)  # (B, h, rows, d)
+            kv = F.linear(x, w[D:], None if b is None else b[D:])
+            k, v = kv.reshape(B, T, 2, h, d).permute(2, 0, 3, 1, 4).unbind(0)
+        x, attn = sdpa_attention(q, k, v, dropout_p, return_attn)  # (B, h, T or rows, d)
+        x = x.transpose(1, 2).reshape(B, -1, D)
         return self.proj_drop(self.proj(x)), attn
 
 
@@ -227,11 +240,12 @@ class Block(nn.Module):
         self.mlp = Mlp(dim, mlp_dim, drop)
         self.drop_path2 = DropPath(drop_path)
 
-    def forward(self, x: torch.Tensor, return_attn: bool = False):
-        y, attn = self.attn(self.norm1(x), return_attn)
-        x = x + self.drop_path1(y)
+    def forward(self, x: torch.Tensor, return_attn: bool = False, rows: int | None = None):
+        """(B, T, D) -> (B, T, D) and maps; with ``rows``, the first ``rows`` tokens only."""
+        y, attn = self.attn(self.norm1(x), return_attn, rows)
+        x = (x if rows is None else x[:, :rows]) + self.drop_path1(y)
         x = x + self.drop_path2(self.mlp(self.norm2(x)))
-        return x, attn  # (B, T, D), (B, h, T, T) or None
+        return x, attn  # (B, T or rows, D), (B, h, T or rows, T) or None
 
 
 class VisionTransformer(nn.Module):
@@ -387,8 +401,9 @@ class VisionTransformer(nn.Module):
         With ``return_attn`` the second value is a list of (B, heads, T, T), one per layer in
         ``attn_layers`` (all layers when ``None``), in the order asked. ``readout_only`` (a
         [CLS]-pooled model) returns only the rows the head reads, (B, R, D) with R = 1, or 2
-        for DeiT's distillation token; the CPU inference path then computes only those rows
-        in the last block.
+        for DeiT's distillation token, and the last block computes only those rows (keys and
+        values still from every token): the same numbers, about 1/depth less work, in
+        training as in inference.
         """
         if readout_only and self.cfg.readout_rows is None:
             raise ValueError("readout_only needs a [CLS]-pooled model; this one pools 'avg'")
@@ -417,11 +432,13 @@ class VisionTransformer(nn.Module):
             else:
                 x = stream.view(B, T, D)
         else:
+            last = len(self.blocks) - 1
             for i, block in enumerate(self.blocks):
+                only = rows if i == last and i not in wanted else None
                 if self.grad_checkpointing and torch.is_grad_enabled():
-                    x, attn = checkpoint(block, x, i in wanted, use_reentrant=False)
+                    x, attn = checkpoint(block, x, i in wanted, only, use_reentrant=False)
                 else:
-                    x, attn = block(x, i in wanted)
+                    x, attn = block(x, i in wanted, only)
                 if attn is not None:
                     maps[i] = attn
         x = self.norm(x[:, :rows] if rows is not None else x)
@@ -462,7 +479,7 @@ class VisionTransformer(nn.Module):
         if distill_heads:
             if self.dist_token is None:
                 raise ValueError("distill_heads=True needs a distilled model (distilled=True)")
-            x = self.forward_features(x)
+            x = self.forward_features(x, readout_only=True)  # (B, 2, D)
             return self.head(self.head_drop(x[:, 0])), self.head_dist(self.head_drop(x[:, 1]))
         if not return_attn:  # a [CLS] head reads its rows only: the last block skips the rest
             readout_only = self.cfg.pool == "cls"

@@ -417,11 +417,11 @@ class VisionTransformer(nn.Module):
         x = self._pos_embed(self.patch_embed(x), grid)
         wanted = set(self._layers_with_maps(attn_layers)) if return_attn else set()
         maps: dict[int, torch.Tensor] = {}
+        last = len(self.blocks) - 1  # with ``rows``, computed for the readout rows only
         if inference.applies(self, x):
             B, T, D = x.shape
             stream = x.reshape(B * T, D)  # x is this forward's own tensor: safe to update
             ws = inference.Workspace()
-            last = len(self.blocks) - 1
             for i, block in enumerate(self.blocks):
                 if i == last and rows is not None and i not in wanted:
                     x = inference.last_block_readout(block, stream, B, rows, ws)
@@ -432,7 +432,6 @@ class VisionTransformer(nn.Module):
             else:
                 x = stream.view(B, T, D)
         else:
-            last = len(self.blocks) - 1
             for i, block in enumerate(self.blocks):
                 only = rows if i == last and i not in wanted else None
                 if self.grad_checkpointing and torch.is_grad_enabled():

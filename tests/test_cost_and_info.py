@@ -31,6 +31,25 @@ def test_flop_model_equals_torch_flop_counter(kw):
     assert counter.get_total_flops() == flop_model(model.cfg).flops
 
 
+@pytest.mark.parametrize("overrides", [{}, dict(distilled=True), dict(num_reg_tokens=2),
+                                       dict(pool="avg", class_token=False)],
+                         ids=["cls", "distilled", "registers", "avg"])
+@pytest.mark.parametrize("fused", [True, False], ids=["in-place", "standard"])
+def test_readout_only_flops_equal_torch_flop_counter(overrides, fused):
+    """model(x) without maps, with SDPA decomposed into matmuls (the math backend)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    model = VisionTransformer(img_size=32, patch_size=4, embed_dim=48, depth=3, num_heads=4,
+                              mlp_dim=96, num_classes=7, **overrides).eval()
+    model.fused_inference = fused
+    with FlopCounterMode(display=False) as counter, torch.no_grad(), \
+            sdpa_kernel(SDPBackend.MATH):
+        model(torch.randn(2, 3, 32, 32))
+    assert counter.get_total_flops() == 2 * flop_model(model.cfg, readout_only=True).flops
+    if model.cfg.pool == "cls":
+        assert flop_model(model.cfg, readout_only=True).flops < flop_model(model.cfg).flops
+
+
 def test_vit_base_flops_split():
     cost = flop_model(create_model("vit_base_patch16_224").cfg)
     assert (cost.patches, cost.tokens) == (196, 197)

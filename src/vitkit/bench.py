@@ -150,7 +150,9 @@ def bench(name: str, batch: int = 8, img_size: int | None = None, train: bool = 
 
     times = interleaved({"step": step}, repeats=steps, warmup=warmup, desc=name)["step"]
     step_s = median(times)
-    flops = flop_model(model.cfg).flops * (3 if train else 1)
+    # what the timed forward computes: without maps, a [CLS] model's last block runs its
+    # readout rows only (forward_features(readout_only=True))
+    flops = flop_model(model.cfg, readout_only=not attn).flops * (3 if train else 1)
     ips = batch / step_s
     return BenchResult(
         name=name, mode="train" if train else ("inference+maps" if attn else "inference"),

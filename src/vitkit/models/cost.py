@@ -71,18 +71,25 @@ class Cost:
         return 2 * self.macs
 
 
-def flop_model(cfg: ViTConfig) -> Cost:
-    """Cost per image of the architecture ``cfg`` at its ``img_size``."""
+def flop_model(cfg: ViTConfig, readout_only: bool = False) -> Cost:
+    """Cost per image of the architecture ``cfg`` at its ``img_size``.
+
+    ``readout_only``: what ``model(x)`` computes for a [CLS]-pooled model, whose last block
+    skips the query, attention output, projection and MLP of every row the head does not read
+    (keys and values still come from all T tokens). Ignored for average pooling.
+    """
     gh, gw = cfg.grid_size
     n = gh * gw
     t = n + cfg.num_prefix_tokens
     d, dm = cfg.embed_dim, cfg.mlp_dim
+    rows = cfg.readout_rows
+    skipped = t - len(rows) if readout_only and rows is not None else 0
     return Cost(
         patches=n,
         tokens=t,
         patch_embed=n * d * cfg.in_chans * cfg.patch_size**2,
-        linear=cfg.depth * t * (4 * d * d + 2 * d * dm),
-        attention=cfg.depth * 2 * t * t * d,
+        linear=cfg.depth * t * (4 * d * d + 2 * d * dm) - skipped * (2 * d * d + 2 * d * dm),
+        attention=cfg.depth * 2 * t * t * d - skipped * 2 * t * d,
         head=(cfg.pre_logits * (d + cfg.num_classes) if cfg.pre_logits else d * cfg.num_classes)
         * (2 if cfg.distilled else 1),
     )

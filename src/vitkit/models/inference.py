@@ -80,7 +80,7 @@ def block_inplace(block: nn.Module, x: torch.Tensor, batch: int, ws: Workspace,
 
     Returns the block's attention maps (B, h, T, T) when ``return_attn``, else None.
     """
-    attn, mlp = block.attn, block.mlp
+    attn = block.attn
     N, D = x.shape
     T, h = N // batch, attn.num_heads
     # attention: qkv without bias; add only the query's (see the module docstring)
@@ -96,12 +96,21 @@ def block_inplace(block: nn.Module, x: torch.Tensor, batch: int, ws: Workspace,
         o, maps = F.scaled_dot_product_attention(q, k, v), None  # (B, h, T, d)
     o = o.transpose(1, 2).reshape(N, D)
     x.add_(proj_bias).addmm_(o, attn.proj.weight.t())
-    # MLP: fc1 into the shared hidden buffer, bias and exact GELU in place, fc2 accumulates
-    y = F.layer_norm(x, (D,), block.norm2.weight, block.norm2.bias, block.norm2.eps)
-    hidden = torch.mm(y, mlp.fc1.weight.t(), out=ws.buffer("hidden", (N, mlp.fc1.out_features), x))
+    _mlp_residual_(block, x, ws.buffer("hidden", (N, block.mlp.fc1.out_features), x))
+    return maps
+
+
+def _mlp_residual_(block: nn.Module, x: torch.Tensor, hidden: torch.Tensor) -> None:
+    """x += fc2(GELU(fc1(LN2(x)))) in place: x (n, D), ``hidden`` (n, H) scratch.
+
+    fc1 goes into ``hidden``, its bias and the exact GELU are applied there in place, and fc2
+    accumulates straight into ``x`` after its bias.
+    """
+    mlp, norm = block.mlp, block.norm2
+    y = F.layer_norm(x, x.shape[-1:], norm.weight, norm.bias, norm.eps)
+    torch.mm(y, mlp.fc1.weight.t(), out=hidden)
     torch.ops.aten.gelu_(hidden.add_(mlp.fc1.bias))
     x.add_(mlp.fc2.bias).addmm_(hidden, mlp.fc2.weight.t())
-    return maps
 
 
 def _query_and_output_biases(attn: nn.Module) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -140,7 +149,7 @@ def last_block_readout(block: nn.Module, x: torch.Tensor, batch: int, rows: int,
     Every token still provides keys and values; only the readout rows ([CLS], distillation)
     get a query, the output projection and the MLP, which is all the head reads.
     """
-    attn, mlp = block.attn, block.mlp
+    attn = block.attn
     N, D = x.shape
     T, h = N // batch, attn.num_heads
     y = F.layer_norm(x, (D,), block.norm1.weight, block.norm1.bias, block.norm1.eps)
@@ -156,8 +165,6 @@ def last_block_readout(block: nn.Module, x: torch.Tensor, batch: int, rows: int,
     o = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(batch * rows, D)
     out = x.view(batch, T, D)[:, :rows].reshape(batch * rows, D)  # a copy: the readout rows
     out.add_(proj_bias).addmm_(o, attn.proj.weight.t())
-    y = F.layer_norm(out, (D,), block.norm2.weight, block.norm2.bias, block.norm2.eps)
-    hidden = torch.addmm(mlp.fc1.bias, y, mlp.fc1.weight.t())
-    torch.ops.aten.gelu_(hidden)
-    out.add_(mlp.fc2.bias).addmm_(hidden, mlp.fc2.weight.t())
+    hidden = ws.buffer("hidden", (N, block.mlp.fc1.out_features), x)[: batch * rows]
+    _mlp_residual_(block, out, hidden)
     return out.view(batch, rows, D)

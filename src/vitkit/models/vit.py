@@ -481,7 +481,7 @@ class VisionTransformer(nn.Module):
             x = self.forward_features(x, readout_only=True)  # (B, 2, D)
             return self.head(self.head_drop(x[:, 0])), self.head_dist(self.head_drop(x[:, 1]))
         if not return_attn:  # a [CLS] head reads its rows only: the last block skips the rest
-            readout_only = self.cfg.pool == "cls"
+            readout_only = self.cfg.readout_rows is not None
             return self.forward_head(
                 self.forward_features(x, attn_layers=attn_layers, readout_only=readout_only))
         x, maps = self.forward_features(x, True, attn_layers)

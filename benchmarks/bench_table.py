@@ -19,14 +19,14 @@ from pathlib import Path
 import torch
 
 from vitkit.bench import bench, machine
+from vitkit.info import build_config
 from vitkit.models.cost import flop_model
-from vitkit.models.registry import create_model
 
 
 def batch_for(name: str, size: int, batch: int) -> int:
     """About the same number of tokens per step as ``batch`` images at the model's own size."""
-    tokens = flop_model(create_model(name, img_size=size).cfg).tokens
-    base = flop_model(create_model(name).cfg).tokens
+    tokens = flop_model(build_config(name, img_size=size)).tokens
+    base = flop_model(build_config(name)).tokens
     return max(1, round(batch * base / tokens))
 
 

@@ -149,6 +149,7 @@ def bench(name: str, batch: int = 8, img_size: int | None = None, train: bool = 
                 forward(x, return_attn=True) if attn else forward(x)
 
     times = interleaved({"step": step}, repeats=steps, warmup=warmup, desc=name)["step"]
+    peak_memory = _peak_memory_mb(dev)  # before the matmul peak allocates its own operands
     step_s = median(times)
     # what the timed forward computes: without maps, a [CLS] model's last block runs its
     # readout rows only (forward_features(readout_only=True))
@@ -160,7 +161,7 @@ def bench(name: str, batch: int = 8, img_size: int | None = None, train: bool = 
         step_ms=1000 * step_s, spread=spread(times) if len(times) >= 2 else 0.0,
         images_per_s=ips, gflops_per_image=flops / 1e9, achieved_gflops=flops * ips / 1e9,
         peak_gflops=matmul_peak(dev, half or torch.float32),
-        peak_memory_mb=_peak_memory_mb(dev),
+        peak_memory_mb=peak_memory,
     )
 
 

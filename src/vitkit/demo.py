@@ -46,9 +46,10 @@ class DemoOptions:
 
 
 def _flops(model, img_size: int) -> int:
-    """FLOPs per image: the FLOP model for a ViT, torch's FLOP counter for a CNN."""
+    """FLOPs per image of a forward: the FLOP model for a ViT (whose last block computes its
+    readout rows only), torch's FLOP counter for a CNN."""
     if hasattr(model, "blocks"):
-        return flop_model(model.cfg).flops
+        return flop_model(model.cfg, readout_only=True).flops
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         model(torch.zeros(1, 3, img_size, img_size))
     return counter.get_total_flops()
@@ -104,7 +105,7 @@ def run_demo(opts: DemoOptions, say=print) -> Path:
         logits, maps = vit(x, return_attn=True)
     heads_last = explain.cls_attention(maps)  # (n, heads, gh, gw)
     every = torch.stack([explain.cls_attention(maps, layer=i) for i in range(len(maps))], 1)
-    rollout = explain.readout_grid(explain.attention_rollout(maps), explain.layout_of(maps))
+    rollout = explain.explain_map(vit, x, "rollout", outputs=(logits, maps)).map
     chefer = explain.explain_map(vit, x, "chefer").map
     names = vit.cfg.extra.get("class_names") or [str(i) for i in range(vit.num_classes)]
     shown = []

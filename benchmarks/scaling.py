@@ -68,12 +68,13 @@ def main() -> None:
         key = f"{img}px / patch {patch}"
         torch.manual_seed(0)
         models[key] = vitkit.create_model(args.model, img_size=img, patch_size=patch).eval()
-        costs[key] = flop_model(models[key].cfg)
+        costs[key] = flop_model(models[key].cfg, readout_only=True)  # what model(x) does
     base = "224px / patch 16"
     lines = ["# Scaling with resolution and patch size", "",
              f"Machine: {machine()}. {args.model} architecture, float32 inference, median of "
              f"{args.repeats} rounds. Ratios are of time per image, to {base}; the "
-             "FLOP model is the one `vitkit info` prints.", ""]
+             "FLOP model is the one `vitkit info` prints, for the forward `model(x)` runs "
+             "(the last block computes the [CLS] row only).", ""]
     # With equal tokens the settings are interleaved (drift falls on all alike). At a fixed
     # batch their sizes differ 16x, and a big forward just before a small one makes the small
     # one re-fault the memory the big one gave back, so each setting runs on its own there.

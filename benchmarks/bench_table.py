@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from vitkit.bench import bench, machine
-from vitkit.info import build_config
+from vitkit.commands.bench import bench, machine
 from vitkit.models.cost import flop_model
+from vitkit.models.registry import build_config
 
 
 def batch_for(name: str, size: int, batch: int) -> int:

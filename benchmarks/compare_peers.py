@@ -27,8 +27,8 @@ import torchvision
 import transformers
 
 import vitkit
-from vitkit.bench import interleaved, machine, median, spread
 from vitkit.checkpoints import torchvision as tv_format
+from vitkit.commands.bench import interleaved, machine, median, spread
 
 OUT = Path(__file__).parent / "results" / "compare_peers.md"
 

@@ -18,10 +18,11 @@ import torch
 
 import vitkit
 from vitkit import explain
-from vitkit.bench import machine
+from vitkit.commands.bench import machine
 from vitkit.data import cluttered_digits
-from vitkit.explain import metrics, plot
+from vitkit.explain import metrics
 from vitkit.train import resolve, train
+from vitkit.viz import plot
 
 RESULTS = Path(__file__).parent / "results"
 CACHE = Path("runs/bench/faithfulness_vit.safetensors")

@@ -1,5 +1,6 @@
 """Shared test set-up: deterministic float32 on CPU, hypothesis without wall-clock deadlines."""
 
+import logging
 import os
 
 import pytest
@@ -20,3 +21,10 @@ def _seed():
 def x224():
     """Two fixed 224x224 images."""
     return torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.fixture
+def vitkit_log(caplog):
+    """What the library logs on the ``vitkit`` logger during a test (``.text``, ``.messages``)."""
+    caplog.set_level(logging.INFO, logger="vitkit")
+    return caplog

@@ -5,8 +5,8 @@ import torch
 import torch._dynamo as dynamo
 
 import vitkit
-from vitkit.bench import bench, describe
 from vitkit.cli import main
+from vitkit.commands.bench import bench, describe
 from vitkit.models.cost import flop_model
 
 

@@ -231,11 +231,11 @@ def test_jax_pre_logits_round_trip(tmp_path):
 
 
 # ------------------------------------------------------------------------ new resolution
-def test_resize_224_to_384_equals_timm_resample(tmp_path, capsys):
+def test_resize_224_to_384_equals_timm_resample(tmp_path, vitkit_log):
     peer224 = perturb(timm.create_model("vit_small_patch16_224"))
     torch.save(peer224.state_dict(), tmp_path / "s224.pth")
     model = vitkit.load_model(tmp_path / "s224.pth", img_size=384)
-    assert "from a 14x14 grid (224x224) to 24x24 (384x384)" in capsys.readouterr().err
+    assert "from a 14x14 grid (224x224) to 24x24 (384x384)" in vitkit_log.text
     state = peer224.state_dict()
     state["pos_embed"] = resample_abs_pos_embed(state["pos_embed"], (24, 24), (14, 14),
                                                 num_prefix_tokens=1, interpolation="bicubic",
@@ -246,13 +246,13 @@ def test_resize_224_to_384_equals_timm_resample(tmp_path, capsys):
     assert max_diff(logits(model, x), logits(peer384, x)) < TOL
 
 
-def test_new_class_count_replaces_the_head_and_says_so(tmp_path, capsys):
+def test_new_class_count_replaces_the_head_and_says_so(tmp_path, vitkit_log):
     peer = perturb(timm.create_model("vit_tiny_patch16_224"))
     torch.save(peer.state_dict(), tmp_path / "t.pth")
     model = vitkit.load_model(tmp_path / "t.pth", num_classes=10)
-    err = capsys.readouterr().err
-    assert "head replaced: the checkpoint has 1000 classes, the new head has 10" in err
-    assert len(err.strip().splitlines()) == 1
+    said = vitkit_log.messages
+    assert len(said) == 1
+    assert "head replaced: the checkpoint has 1000 classes, the new head has 10" in said[0]
     assert model.head.weight.shape == (10, 192)
     torch.testing.assert_close(model.blocks[5].attn.qkv.weight, peer.blocks[5].attn.qkv.weight)
 

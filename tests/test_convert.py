@@ -104,7 +104,8 @@ def test_hf_export_loads_in_transformers_and_round_trips(tiny, tmp_path, x224):
 
 def test_hf_export_refuses_what_hf_vit_cannot_hold(tmp_path):
     model = vitkit.create_model("vit_nano_patch4_32", pool="avg")
-    with pytest.raises(CheckpointError, match=r"pools by average.*--to timm"):
+    with pytest.raises(CheckpointError, match=r"cannot export to hf: the model pools by "
+                                              r"average.*Formats that can hold it: vitkit, timm"):
         vitkit.export(model, tmp_path / "hf", to="hf")
 
 

@@ -106,8 +106,7 @@ def test_rollout_equals_direct_reference(fusion, grid, prefix, residual, discard
     t = prefix + grid[0] * grid[1]
     maps = [torch.softmax(torch.randn(3, 2, t, t, generator=g) * 3, -1) for _ in range(4)]
     readout = (0,) if prefix else None
-    ours = explain.attention_rollout(maps, residual, fusion, discard, grid=grid,
-                                     num_prefix_tokens=prefix)
+    ours = explain.attention_rollout(maps, residual, fusion, discard, num_prefix_tokens=prefix)
     ref = reference_rollout(maps, residual, fusion, discard, protect=readout is not None)
     np.testing.assert_allclose(ours.double().numpy(), ref, atol=1e-5)
     torch.testing.assert_close(ours.sum(-1), torch.ones(3, t), atol=1e-5, rtol=0)
@@ -116,9 +115,8 @@ def test_rollout_equals_direct_reference(fusion, grid, prefix, residual, discard
 def test_rollout_start_layer_and_readout_grid():
     g = torch.Generator().manual_seed(1)
     maps = [torch.softmax(torch.randn(2, 3, 13, 13, generator=g), -1) for _ in range(3)]
-    later = explain.attention_rollout(maps, start_layer=1, grid=(3, 4), num_prefix_tokens=1)
-    torch.testing.assert_close(later, explain.attention_rollout(
-        maps[1:], grid=(3, 4), num_prefix_tokens=1))
+    later = explain.attention_rollout(maps, start_layer=1)
+    torch.testing.assert_close(later, explain.attention_rollout(maps[1:]))
     layout = Layout((3, 4), 1, (0,))
     assert explain.readout_grid(later, layout).shape == (2, 3, 4)
     torch.testing.assert_close(explain.readout_grid(later, layout),

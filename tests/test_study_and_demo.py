@@ -8,8 +8,8 @@ import re
 import pytest
 from PIL import Image
 
-from vitkit import study
 from vitkit.cli import main
+from vitkit.commands import study
 
 
 def test_crossover_interpolates_in_log_size():

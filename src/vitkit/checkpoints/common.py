@@ -1,8 +1,11 @@
-"""What every format converter shares: the error type, head-count inference, grid inference."""
+"""What every format module shares: the error type, what was read from disk, head-count and
+grid inference, and the refusal every ViT-only layout makes of a CNN."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -14,6 +17,30 @@ StateDict = dict[str, torch.Tensor]
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be read or does not fit; the message says what to do."""
+
+
+@dataclass
+class Checkpoint:
+    """Tensors read from disk, the config that came with them, and where they came from."""
+
+    state: StateDict
+    config: dict | None
+    path: Path
+    vitkit_config: dict | None = None  # present in files vitkit wrote
+
+
+def refuse(fmt: str, problems: list[str], advice: str = "") -> None:
+    """Raise the one error every exporter gives: the format, every reason, what to do."""
+    if problems:
+        raise CheckpointError(f"cannot export to {fmt}: the model " + "; ".join(problems)
+                              + ". " + (advice or "Export with --to vitkit."))
+
+
+def cnn_refusal(cfg) -> list[str]:
+    """[reason] when ``cfg`` is a CNN's (ViT layouts cannot hold one), else []."""
+    if getattr(cfg, "family", "vit") == "cnn":
+        return [f"is a CNN ({cfg.arch}); a CNN can be written as vitkit (.safetensors) only"]
+    return []
 
 
 def infer_num_heads(width: int, depth: int, mlp_dim: int, notes: list[str]) -> int:

@@ -5,14 +5,15 @@ At inference a distilled model averages its two heads, as DeiT does."""
 from __future__ import annotations
 
 from vitkit.checkpoints import timm
-from vitkit.checkpoints.common import StateDict
+from vitkit.checkpoints.common import Checkpoint, StateDict
 
 NAME = "deit"
+LABEL = "DeiT (timm keys with dist_token, inside {\"model\": ...})"
 IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 
-def detect(state: StateDict, config: dict | None) -> bool:
-    return "patch_embed.proj.weight" in state and "dist_token" in state
+def detect(ckpt: Checkpoint) -> bool:
+    return "patch_embed.proj.weight" in ckpt.state and "dist_token" in ckpt.state
 
 
 def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):

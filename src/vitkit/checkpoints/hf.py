@@ -1,18 +1,30 @@
 """Hugging Face transformers ViT (``ViTModel``, ``ViTForImageClassification``): folders written
 by ``save_pretrained``. Separate query/key/value are fused into vitkit's qkv; LayerNorm eps
 comes from the config (1e-12 by default there); ``ViTModel``'s pooler (dense + tanh on [CLS])
-becomes vitkit's pre-logits layer."""
+becomes vitkit's pre-logits layer. Folders written here also hold ``preprocessor_config.json``
+so that ``transformers.pipeline("image-classification", model=folder)`` preprocesses exactly as
+vitkit does (bicubic resize of the short side, centre crop, the checkpoint's mean/std)."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import torch
 
-from vitkit.checkpoints.common import CheckpointError, StateDict, strip_prefix
+from vitkit.checkpoints.common import (
+    Checkpoint,
+    CheckpointError,
+    StateDict,
+    cnn_refusal,
+    refuse,
+    strip_prefix,
+)
 from vitkit.checkpoints.timm import depth_of
+from vitkit.checkpoints.writing import save_json, save_safetensors
 
 NAME = "hf"
+LABEL = "Hugging Face ViT folder (embeddings.patch_embeddings)"
 
 # vitkit name <- HF name, per block ("{i}") and outside the blocks.
 _BLOCK = {
@@ -36,8 +48,8 @@ _TOP = {
 }
 
 
-def detect(state: StateDict, config: dict | None) -> bool:
-    return any(k.endswith("embeddings.patch_embeddings.projection.weight") for k in state)
+def detect(ckpt: Checkpoint) -> bool:
+    return any(k.endswith("embeddings.patch_embeddings.projection.weight") for k in ckpt.state)
 
 
 def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
@@ -86,11 +98,12 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
     return out, kwargs, extra
 
 
-def from_vitkit(model) -> tuple[StateDict, dict]:
-    """vitkit model -> (HF state dict, HF ``config.json``) for ``ViTForImageClassification``
-    (or ``ViTModel`` with a pooler when the model has a pre-logits layer and no head)."""
-    cfg = model.cfg
-    problems = [msg for bad, msg in [
+def refusals(cfg) -> list[str]:
+    """Why ``ViTForImageClassification`` / ``ViTModel`` cannot hold this model (empty when it
+    can)."""
+    if cnn_refusal(cfg):
+        return cnn_refusal(cfg)
+    return [msg for bad, msg in [
         (cfg.pool != "cls" or not cfg.class_token, "pools by average (HF ViT pools [CLS])"),
         (cfg.distilled, "is distilled (use --to timm for DeiT)"),
         (cfg.num_reg_tokens > 0, "has register tokens"),
@@ -98,9 +111,43 @@ def from_vitkit(model) -> tuple[StateDict, dict]:
         (cfg.pre_logits and cfg.num_classes, "has both a pre-logits layer and a head"),
         (cfg.img_size[0] != cfg.img_size[1], "takes rectangular images"),
     ] if bad]
-    if problems:
-        raise CheckpointError("cannot export to Hugging Face ViT: the model "
-                              + "; ".join(problems) + ". Export with --to timm or vitkit.")
+
+
+def preprocessor_config(cfg) -> dict:
+    """``preprocessor_config.json`` for ``AutoImageProcessor``: vitkit's preprocessing (scale
+    the short side to the input with bicubic resampling, centre-crop, mean/std of the
+    checkpoint), which is what ``CLIPImageProcessor`` does."""
+    from vitkit.data.images import DEFAULT_MEAN, DEFAULT_STD
+
+    side = cfg.img_size[0]
+    return {
+        "image_processor_type": "CLIPImageProcessor",
+        "do_resize": True, "size": {"shortest_edge": side}, "resample": 3,  # PIL bicubic
+        "do_center_crop": True, "crop_size": {"height": side, "width": side},
+        "do_rescale": True, "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": list(cfg.extra.get("mean", DEFAULT_MEAN)),
+        "image_std": list(cfg.extra.get("std", DEFAULT_STD)),
+        "do_convert_rgb": True,
+    }
+
+
+def write(model, dst: Path) -> Path:
+    """A ``save_pretrained``-style folder: ``model.safetensors``, ``config.json`` and
+    ``preprocessor_config.json``."""
+    state, config = from_vitkit(model)
+    dst.mkdir(parents=True, exist_ok=True)
+    save_safetensors(state, dst / "model.safetensors", {"format": "pt"})
+    save_json(config, dst / "config.json")
+    save_json(preprocessor_config(model.cfg), dst / "preprocessor_config.json")
+    return dst
+
+
+def from_vitkit(model) -> tuple[StateDict, dict]:
+    """vitkit model -> (HF state dict, HF ``config.json``) for ``ViTForImageClassification``
+    (or ``ViTModel`` with a pooler when the model has a pre-logits layer and no head)."""
+    cfg = model.cfg
+    refuse("Hugging Face ViT", refusals(cfg), "Export with --to timm or vitkit.")
     state = model.state_dict()
     rename = {ours: theirs for ours, theirs in _TOP.items()}
     out: StateDict = {}

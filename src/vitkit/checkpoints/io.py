@@ -3,51 +3,48 @@
 Only safe readers are used: safetensors, ``numpy.load(allow_pickle=False)`` and
 ``torch.load(weights_only=True)``; nothing in a checkpoint is ever executed. Every write goes
 to a temporary file in the destination folder and is renamed into place, so a crash never
-leaves a half-written checkpoint.
+leaves a half-written checkpoint. What the loader adapts (a new head, an interpolated position
+table, keys left at their initial values) is logged on the ``vitkit`` logger.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
-import sys
-import tempfile
 import zipfile
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import safetensors
-import safetensors.torch
 import torch
 
-from vitkit.checkpoints import deit, hf, jax, resnet, timm, torchvision
-from vitkit.checkpoints.common import CheckpointError, StateDict, infer_num_heads, strip_prefix
+from vitkit.checkpoints import formats, native
+from vitkit.checkpoints.common import (
+    Checkpoint,
+    CheckpointError,
+    StateDict,
+    infer_num_heads,
+    strip_prefix,
+)
+from vitkit.checkpoints.formats import EXPORTS, FORMATS
+from vitkit.checkpoints.writing import atomic_write
 from vitkit.models.cnn import CNN, CNNConfig
 from vitkit.models.pos_embed import Grid, to_grid
 from vitkit.models.vit import VisionTransformer, ViTConfig
 
-FORMATS = [deit, timm, hf, torchvision, jax, resnet]  # DeiT first: timm with a dist_token
-EXPORTS = ("vitkit", "timm", "hf", "jax", "torchvision")
+__all__ = ["EXPORTS", "FORMATS", "Checkpoint", "atomic_write", "convert", "detect_format",
+           "export", "load_model", "load_state", "read_checkpoint", "save_model"]
+log = logging.getLogger("vitkit")
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "open_clip_model.safetensors")
 _SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".npz", ".ckpt")
 
 
-@dataclass
-class Checkpoint:
-    """Tensors read from disk, the config that came with them, and where they came from."""
-
-    state: StateDict
-    config: dict | None
-    path: Path
-    vitkit_config: dict | None = None  # present in files vitkit wrote
-
-
-def say(message: str, verbose: bool = True) -> None:
+def say(message: str, verbose: bool = True, level: int = logging.INFO) -> None:
+    """Log what the loader did (``verbose=False`` keeps it quiet)."""
     if verbose:
-        print(f"vitkit: {message}", file=sys.stderr)
+        log.log(level, message)
 
 
 # ----------------------------------------------------------------------------------- reading
@@ -163,18 +160,15 @@ def read_checkpoint(source: str | os.PathLike) -> Checkpoint:
 
 
 def detect_format(ckpt: Checkpoint) -> str:
-    """'vitkit', 'deit', 'timm', 'hf', 'torchvision', 'jax' or 'torchvision-resnet', from the
-    keys and files."""
-    if ckpt.vitkit_config is not None:
-        return "vitkit"
+    """The ``NAME`` of the first format in :data:`FORMATS` that recognises the keys and
+    files ('vitkit', 'deit', 'timm', 'hf', 'torchvision', 'jax', 'torchvision-resnet')."""
     for fmt in FORMATS:
-        if fmt.detect(ckpt.state, ckpt.config):
+        if fmt.detect(ckpt):
             return fmt.NAME
     sample = ", ".join(sorted(ckpt.state)[:6])
     raise CheckpointError(
-        f"{ckpt.path} is not a ViT checkpoint vitkit knows (keys start: {sample}). Supported: "
-        "timm/DeiT (patch_embed.proj.weight), Hugging Face ViT (embeddings.patch_embeddings), "
-        "torchvision (conv_proj.weight), JAX .npz (embedding/kernel), vitkit .safetensors"
+        f"{ckpt.path} is not a checkpoint vitkit knows (keys start: {sample}). Supported: "
+        + formats.supported()
     )
 
 
@@ -204,10 +198,10 @@ def load_state(model: VisionTransformer, state: StateDict, strict: bool = True,
         raise CheckpointError("\n".join(lines))
     if missing:
         say(f"strict=False: {len(missing)} missing keys keep their initial values: "
-            f"{', '.join(missing)}", verbose)
+            f"{', '.join(missing)}", verbose, logging.WARNING)
     if unexpected:
         say(f"strict=False: {len(unexpected)} unexpected keys ignored: {', '.join(unexpected)}",
-            verbose)
+            verbose, logging.WARNING)
     model.load_state_dict({k: v for k, v in state.items() if k in expected}, strict=False)
 
 
@@ -219,7 +213,7 @@ def _describe(ckpt: Checkpoint, fmt: str, notes: list[str], pre_logits: bool,
             raise CheckpointError("pre_logits=False applies to foreign checkpoints; build a new "
                                   "head with num_classes= on a vitkit model instead")
         return dict(ckpt.state), dict(ckpt.vitkit_config)
-    module = {m.NAME: m for m in FORMATS}[fmt]
+    module = formats.get(fmt)
     config = ckpt.config
     state, kwargs, extra = module.to_vitkit(dict(ckpt.state), config, notes)
     if num_heads is not None:
@@ -275,7 +269,7 @@ def load_model(
         say(note, verbose)
     if num_classes is not None and num_classes != model.num_classes:
         say(f"head replaced: the checkpoint has {model.num_classes} classes, the new head has "
-            f"{num_classes} (randomly initialised)", verbose)
+            f"{num_classes} (randomly initialised)", verbose, logging.WARNING)
         model.reset_classifier(num_classes)
         model.cfg.extra.pop("class_names", None)
     if img_size is not None and not cnn and to_grid(img_size) != model.cfg.img_size:
@@ -289,75 +283,39 @@ def load_model(
 
 
 # ----------------------------------------------------------------------------------- writing
-def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
-    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def _save_safetensors(state: StateDict, path: Path, metadata: dict[str, str]) -> Path:
-    state = {k: v.detach().contiguous().cpu() for k, v in state.items()}
-    return atomic_write(path, lambda tmp: safetensors.torch.save_file(state, tmp, metadata))
-
-
-def _save_json(obj: dict, path: Path) -> Path:
-    return atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2) + "\n"))
-
-
-def save_model(model: VisionTransformer | CNN, path: str | os.PathLike) -> Path:
+def save_model(model, path: str | os.PathLike) -> Path:
     """Write vitkit's own format: one ``.safetensors`` whose metadata rebuilds the model.
 
-    The metadata holds the whole :class:`ViTConfig` (dims, patch, grid, pooling, eps, prefix
-    tokens) and its ``extra`` (name, mean/std, class names), as JSON under ``vitkit_config``.
+    The metadata holds the whole :class:`~vitkit.models.vit.ViTConfig` (dims, patch, grid,
+    pooling, eps, prefix tokens) and its ``extra`` (name, mean/std, class names), as JSON under
+    ``vitkit_config``.
     """
-    path = Path(path)
-    if path.suffix != ".safetensors":
-        raise CheckpointError(f"vitkit checkpoints are .safetensors files; got {path.name!r}. "
-                              "Use a name ending in .safetensors.")
-    metadata = {"format": "pt", "vitkit_config": json.dumps(model.cfg.to_dict())}
-    return _save_safetensors(model.state_dict(), path, metadata)
+    return native.write(model, Path(path))
 
 
-def export(model: VisionTransformer, dst: str | os.PathLike, to: str = "vitkit") -> Path:
-    """Write ``model`` in another codebase's layout.
+def export(model, dst: str | os.PathLike, to: str = "vitkit") -> Path:
+    """Write ``model`` in another codebase's layout (any name in :data:`EXPORTS`).
 
     - ``vitkit``: a ``.safetensors`` file (see :func:`save_model`).
     - ``timm``: a ``.safetensors``/``.pth``/``.bin`` state dict, or a folder (hub style:
       ``config.json`` + ``model.safetensors``) when ``dst`` has no suffix.
     - ``hf``: a folder for ``ViTForImageClassification.from_pretrained`` (``ViTModel`` when the
-      model has no head).
+      model has no head) and ``pipeline("image-classification")``.
     - ``jax``: a ``.npz`` in google-research/vision_transformer's layout.
     - ``torchvision``: a ``.pth`` state dict for ``torchvision.models.VisionTransformer``.
+
+    A model the layout cannot hold is refused before anything is written: the error lists
+    every reason and the formats that can hold it.
     """
-    dst = Path(dst)
     if to not in EXPORTS:
         raise CheckpointError(f"unknown export format {to!r}; choose one of {', '.join(EXPORTS)}")
-    if to == "vitkit":
-        return save_model(model, dst)
-    if to == "jax":
-        arrays = jax.from_vitkit(model)
-        if dst.suffix != ".npz":
-            raise CheckpointError(f"JAX checkpoints are .npz files; got {dst.name!r}")
-        return atomic_write(dst, lambda tmp: np.savez(tmp, **arrays))
-    module = {"timm": timm, "hf": hf, "torchvision": torchvision}[to]
-    state, config = module.from_vitkit(model)
-    if to == "hf" or (to == "timm" and not dst.suffix):
-        dst.mkdir(parents=True, exist_ok=True)
-        _save_safetensors(state, dst / "model.safetensors", {"format": "pt"})
-        _save_json(config, dst / "config.json")
-        return dst
-    if dst.suffix == ".safetensors":
-        return _save_safetensors(state, dst, {"format": "pt"})
-    return atomic_write(dst, lambda tmp: torch.save(state, tmp))
+    fmt = formats.get(to)
+    problems = fmt.refusals(model.cfg)
+    if problems:
+        raise CheckpointError(f"cannot export to {to}: the model " + "; ".join(problems)
+                              + ". Formats that can hold it: "
+                              + ", ".join(formats.writable(model.cfg)) + ".")
+    return fmt.write(model, Path(dst))
 
 
 def convert(src: str | os.PathLike, dst: str | os.PathLike, to: str | None = None,
@@ -366,12 +324,13 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, to: str | None = Non
     """Load ``src`` (any format), optionally resize / re-head it, and write ``dst``.
 
     ``to=None`` keeps the source's format where vitkit can write it (DeiT is written in timm's
-    layout, which is DeiT's own); otherwise vitkit's format.
+    layout, which is DeiT's own); otherwise (a torchvision ResNet) vitkit's format.
     """
     model = load_model(src, num_classes=num_classes, img_size=img_size, verbose=verbose)
     if to is None:
         source = model.cfg.extra.get("source_format", "vitkit")
-        to = "timm" if source == "deit" else source
+        source = "timm" if source == "deit" else source
+        to = source if source in EXPORTS else "vitkit"
     out = export(model, dst, to)
     say(f"wrote {out} ({to})", verbose)
     return out

@@ -13,18 +13,29 @@ Kernels: patch embedding HWIO -> OIHW; dense (in, out) -> (out, in); attention q
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
-from vitkit.checkpoints.common import CheckpointError, StateDict, infer_grid
+from vitkit.checkpoints.common import (
+    Checkpoint,
+    CheckpointError,
+    StateDict,
+    cnn_refusal,
+    infer_grid,
+    refuse,
+)
+from vitkit.checkpoints.writing import atomic_write
 
 NAME = "jax"
+LABEL = "JAX .npz (embedding/kernel)"
 _EPS_KEY = "vitkit/norm_eps"  # written only when eps is not JAX's 1e-6 (e.g. from HF's 1e-12)
 _PREFIXES = ("opt/target/", "params/img/", "params/", "")
 
 
-def detect(state: StateDict, config: dict | None) -> bool:
-    return any(f"{p}embedding/kernel" in state for p in _PREFIXES)
+def detect(ckpt: Checkpoint) -> bool:
+    return any(f"{p}embedding/kernel" in ckpt.state for p in _PREFIXES)
 
 
 def _layout(state: StateDict) -> tuple[str, bool, bool]:
@@ -119,12 +130,35 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
     return out, kwargs, {"mean": [0.5] * 3, "std": [0.5] * 3}
 
 
+def refusals(cfg) -> list[str]:
+    """Why google-research/vision_transformer's layout cannot hold this model (empty when it
+    can)."""
+    if cnn_refusal(cfg):
+        return cnn_refusal(cfg)
+    return [msg for bad, msg in [
+        (cfg.distilled, "has a distillation token"),
+        (cfg.num_reg_tokens > 0, "has register tokens"),
+        (cfg.fc_norm, "normalises after pooling (fc_norm)"),
+        (cfg.no_embed_class, "has no position row for [CLS]"),
+        (not cfg.qkv_bias, "has no qkv bias (the JAX layout stores query/key/value biases)"),
+        (cfg.img_size[0] != cfg.img_size[1],
+         f"takes rectangular {cfg.img_size[0]}x{cfg.img_size[1]} images (an .npz stores no "
+         "image size, so the grid would be read back as square)"),
+    ] if bad]
+
+
+def write(model, dst: Path) -> Path:
+    """A ``.npz`` in google-research/vision_transformer's layout."""
+    if dst.suffix != ".npz":
+        raise CheckpointError(f"JAX checkpoints are .npz files; got {dst.name!r}")
+    arrays = from_vitkit(model)
+    return atomic_write(dst, lambda tmp: np.savez(tmp, **arrays))
+
+
 def from_vitkit(model) -> dict[str, np.ndarray]:
     """vitkit model -> arrays in google-research/vision_transformer's npz layout."""
     cfg = model.cfg
-    if cfg.distilled or cfg.num_reg_tokens or cfg.fc_norm or cfg.no_embed_class:
-        raise CheckpointError("the JAX ViT layout has no distillation/register tokens, fc_norm "
-                              "or patch-only position tables; export with --to timm")
+    refuse("jax", refusals(cfg), "Export with --to timm or vitkit.")
     s = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
     h, d = cfg.num_heads, cfg.embed_dim // cfg.num_heads
     out = {

@@ -4,16 +4,17 @@ from the block counts; a 3x3 first convolution means vitkit's small-image stem."
 
 from __future__ import annotations
 
-from vitkit.checkpoints.common import CheckpointError, StateDict
+from vitkit.checkpoints.common import Checkpoint, CheckpointError, StateDict
 from vitkit.checkpoints.timm import depth_of
 
 NAME = "torchvision-resnet"
+LABEL = "torchvision ResNet (conv1, layer1..4, fc)"
 _ARCHS = {((2, 2, 2, 2), False): "resnet18", ((3, 4, 6, 3), False): "resnet34",
           ((3, 4, 6, 3), True): "resnet50"}
 
 
-def detect(state: StateDict, config: dict | None) -> bool:
-    return {"conv1.weight", "fc.weight", "layer1.0.conv1.weight"} <= state.keys()
+def detect(ckpt: Checkpoint) -> bool:
+    return {"conv1.weight", "fc.weight", "layer1.0.conv1.weight"} <= ckpt.state.keys()
 
 
 def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):

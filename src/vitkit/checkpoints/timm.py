@@ -5,15 +5,27 @@ one to one; what the weights do not say (heads, pooling, eps, resolution) comes 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-from vitkit.checkpoints.common import CheckpointError, StateDict, infer_grid
+import torch
+
+from vitkit.checkpoints.common import (
+    Checkpoint,
+    CheckpointError,
+    StateDict,
+    cnn_refusal,
+    infer_grid,
+    refuse,
+)
+from vitkit.checkpoints.writing import atomic_write, save_json, save_safetensors
 from vitkit.models.registry import MODEL_ARGS
 
 NAME = "timm"
+LABEL = "timm/DeiT (patch_embed.proj.weight)"
 
 
-def detect(state: StateDict, config: dict | None) -> bool:
-    return "patch_embed.proj.weight" in state
+def detect(ckpt: Checkpoint) -> bool:
+    return "patch_embed.proj.weight" in ckpt.state
 
 
 def depth_of(state: StateDict, pattern: str) -> int:
@@ -74,12 +86,31 @@ def _metadata(config: dict) -> dict:
     return extra
 
 
+def refusals(cfg) -> list[str]:
+    """Why timm's ``VisionTransformer`` cannot hold this model (empty when it can)."""
+    if cnn_refusal(cfg):
+        return cnn_refusal(cfg)
+    return ["has a pre-logits layer (timm's ViT has none)"] if cfg.pre_logits else []
+
+
+def write(model, dst: Path) -> Path:
+    """A ``.safetensors``/``.pth``/``.bin`` state dict, or a hub-style folder (``config.json``
+    + ``model.safetensors``) when ``dst`` has no suffix."""
+    state, config = from_vitkit(model)
+    if not dst.suffix:
+        dst.mkdir(parents=True, exist_ok=True)
+        save_safetensors(state, dst / "model.safetensors", {"format": "pt"})
+        save_json(config, dst / "config.json")
+        return dst
+    if dst.suffix == ".safetensors":
+        return save_safetensors(state, dst, {"format": "pt"})
+    return atomic_write(dst, lambda tmp: torch.save(state, tmp))
+
+
 def from_vitkit(model) -> tuple[StateDict, dict]:
     """vitkit model -> (timm state dict, timm hub ``config.json``)."""
     cfg = model.cfg
-    if cfg.pre_logits:
-        raise CheckpointError("timm's VisionTransformer has no pre-logits layer; export this "
-                              "model with --to vitkit, hf or jax instead")
+    refuse("timm", refusals(cfg), "Export with --to vitkit, or hf/jax for a pre-logits layer.")
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     model_args = dict(
         img_size=list(cfg.img_size), patch_size=cfg.patch_size, in_chans=cfg.in_chans,

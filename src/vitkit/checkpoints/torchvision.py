@@ -5,11 +5,23 @@ vitkit's fused qkv, same q/k/v order), ``heads.head`` and an optional ``heads.pr
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-from vitkit.checkpoints.common import CheckpointError, StateDict, infer_grid
+import torch
+
+from vitkit.checkpoints.common import (
+    Checkpoint,
+    CheckpointError,
+    StateDict,
+    cnn_refusal,
+    infer_grid,
+    refuse,
+)
 from vitkit.checkpoints.timm import depth_of
+from vitkit.checkpoints.writing import atomic_write, save_safetensors
 
 NAME = "torchvision"
+LABEL = "torchvision ViT (conv_proj.weight)"
 
 _L = "encoder.layers.encoder_layer_{i}."
 # (vitkit pattern, torchvision pattern); blocks use "{i}".
@@ -32,8 +44,8 @@ _RENAMES = [
 _LEGACY = {"mlp.linear_1.": "mlp.0.", "mlp.linear_2.": "mlp.3."}
 
 
-def detect(state: StateDict, config: dict | None) -> bool:
-    return "conv_proj.weight" in state and "encoder.pos_embedding" in state
+def detect(ckpt: Checkpoint) -> bool:
+    return "conv_proj.weight" in ckpt.state and "encoder.pos_embedding" in ckpt.state
 
 
 def _rename(key: str, rules: list[tuple[str, str]]) -> str:
@@ -67,11 +79,34 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
     return out, kwargs, {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
 
 
+def refusals(cfg) -> list[str]:
+    """Why torchvision's ``VisionTransformer`` cannot hold this model (empty when it can)."""
+    if cnn_refusal(cfg):
+        return cnn_refusal(cfg)
+    return [msg for bad, msg in [
+        (cfg.pool != "cls", "pools by average (torchvision pools [CLS])"),
+        (cfg.distilled, "has a distillation token"),
+        (cfg.num_reg_tokens > 0, "has register tokens"),
+        (cfg.no_embed_class, "has no position row for [CLS]"),
+        (cfg.img_size[0] != cfg.img_size[1],
+         f"takes rectangular {cfg.img_size[0]}x{cfg.img_size[1]} images (torchvision stores "
+         "one image_size)"),
+        (not cfg.qkv_bias, "has no qkv bias (nn.MultiheadAttention always has one)"),
+        (cfg.norm_eps != 1e-6, f"uses LayerNorm eps {cfg.norm_eps:g} (torchvision fixes 1e-6)"),
+    ] if bad]
+
+
+def write(model, dst: Path) -> Path:
+    """A ``.pth`` (or ``.safetensors``) state dict for ``torchvision.models.VisionTransformer``."""
+    state, _ = from_vitkit(model)
+    if dst.suffix == ".safetensors":
+        return save_safetensors(state, dst, {"format": "pt"})
+    return atomic_write(dst, lambda tmp: torch.save(state, tmp))
+
+
 def from_vitkit(model) -> tuple[StateDict, dict]:
     cfg = model.cfg
-    if cfg.pool != "cls" or cfg.distilled or cfg.num_reg_tokens or cfg.no_embed_class:
-        raise CheckpointError("torchvision's VisionTransformer has exactly one [CLS] token with "
-                              "a position row and pools it; export this model with --to timm")
+    refuse("torchvision", refusals(cfg), "Export with --to timm or vitkit.")
     state = {_rename(k, _RENAMES): v.detach().contiguous() for k, v in model.state_dict().items()}
     args = dict(image_size=cfg.img_size[0], patch_size=cfg.patch_size, num_layers=cfg.depth,
                 num_heads=cfg.num_heads, hidden_dim=cfg.embed_dim, mlp_dim=cfg.mlp_dim,

@@ -1,5 +1,7 @@
-"""Reading image files for a model: any mode PIL opens (grey, palette, RGBA, CMYK, 16-bit)
-becomes 8-bit RGB, resized to the model's input and normalised with its mean/std."""
+"""Reading images for a model: any mode PIL opens (grey, palette, RGBA, CMYK, 16-bit) becomes
+8-bit RGB, resized to cover the model's input (bicubic, aspect kept), centre-cropped and
+normalised with the checkpoint's mean/std. :func:`preprocess` is the one preprocessing every
+command uses (``predict``, ``attention``, ``eval`` and validation during training)."""
 
 from __future__ import annotations
 
@@ -43,6 +45,28 @@ def preprocessing(model) -> tuple[tuple[int, int], tuple, tuple]:
     return size, model.cfg.extra.get("mean", DEFAULT_MEAN), model.cfg.extra.get("std", DEFAULT_STD)
 
 
+def preprocess(rgb: Image.Image, size: tuple[int, int], mean=DEFAULT_MEAN,
+               std=DEFAULT_STD) -> tuple[torch.Tensor, np.ndarray]:
+    """RGB image -> (normalised tensor (3, H, W), the picture the model sees (H, W, 3) in
+    [0, 1]): resized to cover ``size`` and centre-cropped (the aspect ratio is kept)."""
+    rgb = resize_and_crop(rgb, size)
+    picture = np.asarray(rgb, dtype=np.float32) / 255.0  # (H, W, 3)
+    tensor = torch.from_numpy(picture).permute(2, 0, 1)
+    tensor = (tensor - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]
+    return tensor, picture
+
+
+class Preprocess:
+    """:func:`preprocess` as a transform: PIL RGB image -> normalised (3, H, W) tensor."""
+
+    def __init__(self, size: int | tuple[int, int], mean=DEFAULT_MEAN, std=DEFAULT_STD) -> None:
+        self.size = (size, size) if isinstance(size, int) else tuple(size)
+        self.mean, self.std = tuple(mean), tuple(std)
+
+    def __call__(self, img: Image.Image) -> torch.Tensor:
+        return preprocess(to_rgb(img), self.size, self.mean, self.std)[0]
+
+
 def load_image(path: str | os.PathLike, size: tuple[int, int],
                mean=DEFAULT_MEAN, std=DEFAULT_STD) -> tuple[torch.Tensor, np.ndarray]:
     """Image file -> (normalised tensor (3, H, W), the RGB picture (H, W, 3) in [0, 1]), resized
@@ -56,8 +80,4 @@ def load_image(path: str | os.PathLike, size: tuple[int, int],
             rgb = to_rgb(img)
     except (OSError, SyntaxError) as err:
         raise ValueError(f"cannot read image {path}: {err}") from err
-    rgb = resize_and_crop(rgb, size)
-    picture = np.asarray(rgb, dtype=np.float32) / 255.0  # (H, W, 3)
-    tensor = torch.from_numpy(picture).permute(2, 0, 1)
-    tensor = (tensor - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]
-    return tensor, picture
+    return preprocess(rgb, size, mean, std)

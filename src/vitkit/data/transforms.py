@@ -11,6 +11,8 @@ import torch
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
+from vitkit.data.images import Preprocess
+
 
 def train_transform(img_size: int, mean, std, *, crop_scale: float = 0.08, hflip: bool = True,
                     randaugment: int = 0, random_erasing: float = 0.0) -> v2.Compose:
@@ -27,11 +29,10 @@ def train_transform(img_size: int, mean, std, *, crop_scale: float = 0.08, hflip
     return v2.Compose(steps)
 
 
-def eval_transform(img_size: int, mean, std) -> v2.Compose:
-    """Resize the shorter side to ``img_size``, centre-crop, to float, normalise."""
-    return v2.Compose([v2.Resize(img_size, antialias=True), v2.CenterCrop(img_size),
-                       v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
-                       v2.Normalize(mean, std)])
+def eval_transform(img_size: int, mean, std) -> Preprocess:
+    """The preprocessing of every command (:func:`vitkit.data.images.preprocess`): bicubic
+    resize covering ``img_size``, centre crop, to float, normalise."""
+    return Preprocess(img_size, mean, std)
 
 
 def sample_seed(seed: int, epoch: int, index: int) -> int:

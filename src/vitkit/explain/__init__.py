@@ -3,11 +3,21 @@
 - ``cls_attention``: [CLS] attention per head on the patch grid (never averaged by default).
 - ``attention_rollout``, ``readout_grid``: rollout over layers and its map on the grid.
 - ``attention_gradients``, ``grad_rollout``, ``chefer``, ``token_gradcam``: gradient methods.
-- ``explain_map``: any method by name -> (B, gh, gw).
-- ``metrics``: deletion / insertion, pointing game, mass in box; ``plot``: figures.
+- ``token_attention``: any token's attention row (no grid needed).
+- ``explain_map``: any method registered in ``METHODS`` by name -> (B, gh, gw).
+- ``metrics``: deletion / insertion, pointing game, mass in box. Figures live in ``vitkit.viz``.
+
+Every function takes what ``model(x, return_attn=True)`` returns or any sequence of
+(B, heads, T, T) tensors (a Hugging Face ``outputs.attentions`` tuple, a list).
 """
 
-from vitkit.explain.attention import cls_attention, fuse_heads, layout_of, readout_grid
+from vitkit.explain.attention import (
+    cls_attention,
+    fuse_heads,
+    layout_of,
+    readout_grid,
+    token_attention,
+)
 from vitkit.explain.gradients import (
     Attribution,
     attention_gradients,
@@ -15,11 +25,12 @@ from vitkit.explain.gradients import (
     grad_rollout,
     token_gradcam,
 )
-from vitkit.explain.methods import METHODS, Explanation, explain_map
+from vitkit.explain.methods import METHODS, Explanation, Method, explain_map, register
 from vitkit.explain.rollout import attention_rollout, discard_lowest, rollout_fused
 
 __all__ = [
-    "METHODS", "Attribution", "Explanation", "attention_gradients", "attention_rollout",
-    "chefer", "cls_attention", "discard_lowest", "explain_map", "fuse_heads", "grad_rollout",
-    "layout_of", "readout_grid", "rollout_fused", "token_gradcam",
+    "METHODS", "Attribution", "Explanation", "Method", "attention_gradients",
+    "attention_rollout", "chefer", "cls_attention", "discard_lowest", "explain_map",
+    "fuse_heads", "grad_rollout", "layout_of", "readout_grid", "register", "rollout_fused",
+    "token_attention", "token_gradcam",
 ]

@@ -2,19 +2,23 @@
 token-to-token matrix (rollout, gradient attribution) on the patch grid.
 
 Grids and prefix tokens come from the :class:`~vitkit.models.vit.AttentionMaps` the model
-returns (never a hard-coded 14x14); a plain list of tensors needs ``grid=`` and
-``num_prefix_tokens=``.
+returns (never a hard-coded 14x14). Any other sequence of (B, heads, T, T) tensors works too (a
+Hugging Face ``outputs.attentions`` tuple, a plain list): what needs no grid (rollout, any-token
+rows) takes it as it is; what needs the grid is told ``grid=`` and ``num_prefix_tokens=``, or
+assumes one [CLS] token and a square grid when T - 1 is a square, and logs that assumption.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 HEAD_FUSIONS = ("mean", "max", "min")
-METHODS_WITHOUT_CLS = ("rollout", "grad-rollout", "chefer", "gradcam")
+log = logging.getLogger("vitkit")
 
 
 @dataclass(frozen=True)
@@ -31,19 +35,52 @@ class Layout:
         return self.num_prefix_tokens + self.grid[0] * self.grid[1]
 
 
+def check_maps(maps: Sequence[torch.Tensor]) -> int:
+    """T, after checking ``maps`` is a non-empty sequence of (B, heads, T, T) tensors."""
+    if isinstance(maps, torch.Tensor) or not len(maps):
+        raise ValueError("expected a non-empty sequence of per-layer (B, heads, T, T) maps, e.g. "
+                         "model(x, return_attn=True)[1] or a Hugging Face outputs.attentions; "
+                         f"got {type(maps).__name__} of length {len(maps)}")
+    first = maps[0]
+    if first.dim() != 4 or first.shape[-1] != first.shape[-2]:
+        raise ValueError(f"each map must be (B, heads, T, T); got {tuple(first.shape)}")
+    return first.shape[-1]
+
+
 def layout_of(maps: Sequence[torch.Tensor], grid=None, num_prefix_tokens: int | None = None,
               readout: tuple[int, ...] | None = (0,)) -> Layout:
-    """The layout carried by ``AttentionMaps``, or given explicitly for a plain list (whose
-    readout is token 0, the [CLS], unless there are no prefix tokens: then the patch mean)."""
+    """The token layout of ``maps``.
+
+    ``AttentionMaps`` carry theirs. For any other sequence, ``grid`` and ``num_prefix_tokens``
+    say it (the readout is token 0, the [CLS], unless there are no prefix tokens: then the patch
+    mean); without them one [CLS] token and a square grid are assumed when T - 1 is a square,
+    and the assumption is logged.
+    """
+    t = check_maps(maps)
     if grid is None and hasattr(maps, "grid"):
         layout = Layout(maps.grid, maps.num_prefix_tokens, maps.readout)
-    elif grid is None or num_prefix_tokens is None:
-        raise ValueError("a plain list of maps does not say its patch grid: pass grid=(gh, gw) "
-                         "and num_prefix_tokens=..., or use the maps vitkit's model returns")
+    elif grid is None and num_prefix_tokens is None:
+        side = math.isqrt(t - 1)
+        if side * side != t - 1:
+            raise ValueError(
+                f"these maps have T = {t} tokens, which is not 1 [CLS] + a square grid, so the "
+                "patch grid cannot be inferred: pass grid=(gh, gw) and num_prefix_tokens=... "
+                "(T = prefix tokens + gh*gw), or use the maps vitkit's model returns")
+        log.info("maps of %d tokens read as 1 [CLS] token + a %dx%d patch grid (pass grid= and "
+                 "num_prefix_tokens= if not)", t, side, side)
+        layout = Layout((side, side), 1, (0,))
     else:
+        if grid is None:
+            n = t - num_prefix_tokens
+            side = math.isqrt(max(n, 0))
+            if n <= 0 or side * side != n:
+                raise ValueError(f"{t} tokens minus {num_prefix_tokens} prefix tokens is not a "
+                                 "square grid; pass grid=(gh, gw)")
+            grid = side
+        prefix = num_prefix_tokens if num_prefix_tokens is not None else \
+            t - (grid * grid if isinstance(grid, int) else grid[0] * grid[1])
         gh, gw = (grid, grid) if isinstance(grid, int) else grid
-        layout = Layout((gh, gw), num_prefix_tokens, readout if num_prefix_tokens else None)
-    t = maps[0].shape[-1] if len(maps) else layout.tokens
+        layout = Layout((gh, gw), prefix, readout if prefix else None)
     if t != layout.tokens:
         raise ValueError(f"maps have {t} tokens, but {layout.num_prefix_tokens} prefix tokens + "
                          f"a {layout.grid[0]}x{layout.grid[1]} grid make {layout.tokens}")
@@ -76,12 +113,30 @@ def cls_attention(maps: Sequence[torch.Tensor], layer: int = -1, head: int | str
     """
     layout = layout_of(maps, grid, num_prefix_tokens)
     if layout.readout is None:
+        from vitkit.explain.methods import without_cls  # the registry imports this module
+
         raise ValueError("this model pools by average and has no [CLS] readout, so [CLS] "
                          f"attention does not explain it; methods that apply: "
-                         f"{', '.join(METHODS_WITHOUT_CLS)}")
+                         f"{', '.join(without_cls())}")
     p = layout.num_prefix_tokens
     rows = maps[layer][:, :, 0, p:]  # (B, heads, N)
     rows = rows.reshape(*rows.shape[:2], *layout.grid)  # (B, heads, gh, gw)
+    return rows if head is None else fuse_heads(rows, head)
+
+
+def token_attention(maps: Sequence[torch.Tensor], token: int, layer: int = -1,
+                    head: int | str | None = None) -> torch.Tensor:
+    """Where token ``token`` looks: its attention row at ``layer``, over all T tokens.
+
+    Works on any sequence of (B, heads, T, T) maps (no grid needed). ``head=None`` keeps every
+    head, (B, heads, T); an index or "mean"/"max"/"min" gives (B, T).
+    """
+    t = check_maps(maps)
+    if not -t <= token < t:
+        raise ValueError(f"token {token} does not exist: these maps have {t} tokens")
+    if not -len(maps) <= layer < len(maps):
+        raise ValueError(f"layer {layer} does not exist: {len(maps)} layers of maps were given")
+    rows = maps[layer][:, :, token, :]  # (B, heads, T)
     return rows if head is None else fuse_heads(rows, head)
 
 

@@ -68,7 +68,8 @@ def chefer(attr: Attribution) -> torch.Tensor:
     relu(grad * A) and R <- R + A_bar R.
     """
     first = attr.maps[0]
-    r = torch.eye(first.shape[-1], dtype=first.dtype).expand(first.shape[0], -1, -1).clone()
+    eye = torch.eye(first.shape[-1], dtype=first.dtype, device=first.device)
+    r = eye.expand(first.shape[0], -1, -1).clone()
     for a, g in zip(attr.maps, attr.grads, strict=True):
         a_bar = (g * a).clamp_min(0).mean(1)  # (B, T, T)
         r = r + a_bar @ r

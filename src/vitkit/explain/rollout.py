@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from vitkit.explain.attention import Layout, fuse_heads, layout_of
+from vitkit.explain.attention import check_maps, fuse_heads
 
 
 def _check_consecutive(maps) -> None:
@@ -61,18 +61,26 @@ def rollout_fused(fused: Sequence[torch.Tensor], residual: float = 0.5,
 
 def attention_rollout(maps: Sequence[torch.Tensor], residual: float = 0.5,
                       head_fusion: str = "mean", discard_ratio: float = 0.0,
-                      start_layer: int = 0, *, grid=None,
+                      start_layer: int = 0, *,
                       num_prefix_tokens: int | None = None) -> torch.Tensor:
     """Rollout of per-layer maps (B, heads, T, T) from ``start_layer`` on -> (B, T, T).
 
-    ``head_fusion`` is "mean", "max" or "min"; ``discard_ratio`` zeroes that share of the
-    weakest fused entries per image and layer, never the [CLS] row or column; ``residual`` is
-    the weight of the identity (0.5: A' = (A + I) / 2, then rows renormalised).
+    ``maps`` is any sequence of consecutive layers' maps, first layer first: what
+    ``model(x, return_attn=True)`` returns, a Hugging Face ``outputs.attentions`` tuple, a list.
+    No grid is needed. ``head_fusion`` is "mean", "max" or "min"; ``discard_ratio`` zeroes
+    that share of the weakest fused entries per image and layer, never the row or column of
+    token 0 when it is a [CLS] token (assumed for maps that do not say their layout, unless
+    ``num_prefix_tokens=0``);
+    ``residual`` is the weight of the identity (0.5: A' = (A + I) / 2, then rows renormalised).
     Use :func:`~vitkit.explain.attention.readout_grid` for the map on the patch grid.
     """
-    layout: Layout = layout_of(maps, grid, num_prefix_tokens)
+    check_maps(maps)
     _check_consecutive(maps)
     if not 0 <= start_layer < len(maps):
         raise ValueError(f"start_layer {start_layer} is outside the {len(maps)} layers given")
     fused = [fuse_heads(a, head_fusion) for a in list(maps)[start_layer:]]
-    return rollout_fused(fused, residual, discard_ratio, protect_cls=layout.readout is not None)
+    if num_prefix_tokens is not None:
+        protect_cls = num_prefix_tokens > 0
+    else:
+        protect_cls = getattr(maps, "readout", (0,)) is not None
+    return rollout_fused(fused, residual, discard_ratio, protect_cls=protect_cls)

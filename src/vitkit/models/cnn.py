@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-import torchvision
 from torch import nn
 
 CNNS = ("resnet18", "resnet34", "resnet50")
@@ -44,6 +43,10 @@ class CNN(nn.Module):
         if cfg.arch not in CNNS:
             raise ValueError(f"unknown CNN {cfg.arch!r}; choose one of {', '.join(CNNS)}")
         self.cfg = cfg
+        try:
+            import torchvision  # the train extra: CNN baselines and teachers only
+        except ImportError as err:
+            raise ImportError("CNNs need torchvision: pip install 'vitkit[train]'") from err
         net = getattr(torchvision.models, cfg.arch)(weights=None, num_classes=cfg.num_classes)
         if cfg.small_input:
             net.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 
-from vitkit.models.vit import VisionTransformer
+from vitkit.models.vit import VisionTransformer, ViTConfig
 
 # size -> (width D, depth, heads, MLP width)
 VARIANTS: dict[str, tuple[int, int, int, int]] = {
@@ -58,6 +58,17 @@ def model_args(name: str) -> dict:
             f"{len(MODEL_ARGS)} names."
         )
     return dict(MODEL_ARGS[name])
+
+
+def build_config(name: str, img_size: int | None = None, patch_size: int | None = None,
+                 **overrides) -> ViTConfig:
+    """The config of a registered model with the size (and any other) overrides applied."""
+    args = {**model_args(name), **overrides}
+    if img_size is not None:
+        args["img_size"] = img_size
+    if patch_size is not None:
+        args["patch_size"] = patch_size
+    return ViTConfig(**args)
 
 
 def create_model(name: str, **overrides) -> VisionTransformer:

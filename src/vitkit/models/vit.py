@@ -118,12 +118,21 @@ class AttentionMaps(list):
     """
 
     def __init__(self, maps: list[torch.Tensor], layers: list[int], grid: tuple[int, int],
-                 cfg: ViTConfig) -> None:
+                 cfg: ViTConfig | None = None, *, num_prefix_tokens: int | None = None,
+                 readout: tuple[int, ...] | None = (0,)) -> None:
         super().__init__(maps)
         self.layers = list(layers)
         self.grid = tuple(grid)
-        self.num_prefix_tokens = cfg.num_prefix_tokens
-        self.readout = cfg.readout_rows
+        self.num_prefix_tokens = cfg.num_prefix_tokens if cfg is not None else num_prefix_tokens
+        self.readout = cfg.readout_rows if cfg is not None else readout
+
+    def __getitem__(self, index):
+        """An int gives that layer's tensor; a slice (``maps[-4:]``) gives ``AttentionMaps``
+        that keep the layout and the model layer of each entry."""
+        if isinstance(index, slice):
+            return AttentionMaps(list.__getitem__(self, index), self.layers[index], self.grid,
+                                 num_prefix_tokens=self.num_prefix_tokens, readout=self.readout)
+        return list.__getitem__(self, index)
 
 
 class PatchEmbed(nn.Module):

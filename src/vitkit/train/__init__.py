@@ -1,9 +1,7 @@
-"""Training: ``train`` (from scratch, fine-tuning, distillation, resumable, torchrun),
-``TrainConfig`` and its recipes, ``evaluate_checkpoint`` and ``predict``."""
+"""Training: ``train`` (from scratch, fine-tuning, distillation, resumable, torchrun) and
+``TrainConfig`` with its recipes. Needs the ``train`` extra."""
 
 from vitkit.train.config import RECIPES, TrainConfig, resolve
-from vitkit.train.evaluation import evaluate_checkpoint, predict
 from vitkit.train.trainer import NonFiniteLoss, RunResult, train
 
-__all__ = ["RECIPES", "NonFiniteLoss", "RunResult", "TrainConfig", "evaluate_checkpoint",
-           "predict", "resolve", "train"]
+__all__ = ["RECIPES", "NonFiniteLoss", "RunResult", "TrainConfig", "resolve", "train"]

@@ -4,10 +4,12 @@ curves.png, all written by the main process only."""
 from __future__ import annotations
 
 import csv
-import sys
+import logging
 from pathlib import Path
 
 from vitkit.checkpoints.io import atomic_write
+
+log = logging.getLogger("vitkit")
 
 
 class RunLog:
@@ -20,10 +22,10 @@ class RunLog:
             self._file = open(self.run_dir / "train.log", "a" if resume else "w")  # noqa: SIM115
 
     def line(self, message: str) -> None:
-        """A line on stderr and in train.log."""
+        """A line on the ``vitkit`` logger and in train.log."""
         if not self.enabled:
             return
-        print(f"vitkit: {message}", file=sys.stderr, flush=True)
+        log.info(message)
         self._file.write(message + "\n")
         self._file.flush()
 
@@ -68,10 +70,10 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 
 def plot_curves(history: list[dict], path: Path) -> None:
     """Loss (train, val) and accuracy (top-1, top-5, EMA) against epochs."""
-    from vitkit.explain.plot import plt, save
+    from vitkit.viz.plot import save, subplots
 
     epochs = [r["epoch"] for r in history]
-    fig, (ax_l, ax_a) = plt.subplots(1, 2, figsize=(9, 3.4))
+    fig, (ax_l, ax_a) = subplots(1, 2, figsize=(9, 3.4))
     ax_l.plot(epochs, [r["train_loss"] for r in history], marker="o", label="train")
     ax_l.plot(epochs, [r["val_loss"] for r in history], marker="o", label="val")
     ax_l.set_xlabel("epoch")

@@ -1,7 +1,9 @@
-"""``vitkit attention``: explain image files with a checkpoint, writing figures and raw maps."""
+"""``vitkit attention IMAGE... --checkpoint C --out DIR``: explain image files with a checkpoint,
+writing figures and raw maps."""
 
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -9,11 +11,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vitkit.checkpoints import load_model
+from vitkit.commands.options import head as head_option
 from vitkit.data.images import load_image, preprocessing
-from vitkit.explain import plot
-from vitkit.explain.attention import METHODS_WITHOUT_CLS, cls_attention
-from vitkit.explain.methods import explain_map
+from vitkit.explain.attention import cls_attention
+from vitkit.explain.methods import METHODS, explain_map, without_cls
 from vitkit.explain.metrics import deletion_insertion, random_maps
+from vitkit.viz import plot
+
+NAME = "attention"
+HELP = "what a model attends to: per-head maps, rollout, gradients"
+DESCRIPTION = ("Top-5 prediction, per-head [CLS] maps, a layers x heads mosaic and a chosen "
+               "method's map for each image; PNG figures and raw .npy maps in --out.")
 
 
 @dataclass
@@ -46,7 +55,7 @@ def explain_images(model, images: list[str | os.PathLike], out_dir: str | os.Pat
     has_cls = model.cfg.pool == "cls"
     if method == "cls" and not has_cls:
         raise ValueError("this model pools by average and has no [CLS] readout; methods that "
-                         f"apply: {', '.join(METHODS_WITHOUT_CLS)}")
+                         f"apply: {', '.join(without_cls())}")
     size, mean, std = preprocessing(model)
     reports = []
     for path in images:
@@ -95,3 +104,33 @@ def explain_images(model, images: list[str | os.PathLike], out_dir: str | os.Pat
             report.files.append(plot.save(fig, f"{stem}_faithfulness.png"))
         reports.append(report)
     return reports
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("images", nargs="+", help="image files (any format PIL reads)")
+    p.add_argument("--checkpoint", required=True, help="any checkpoint vitkit loads")
+    p.add_argument("--layer", type=int, default=-1, help="layer of the per-head figure (-1: last)")
+    p.add_argument("--head", type=head_option, default=None,
+                   help="head index or mean/max/min for the single cls map (default: mean, "
+                        "said in the figure); the per-head figure shows every head")
+    p.add_argument("--method", choices=list(METHODS), default="rollout",
+                   help="attribution method (default: rollout): " + "; ".join(
+                       f"{m.name}: {m.summary}" for m in METHODS.values()))
+    p.add_argument("--faithfulness", action="store_true",
+                   help="also run deletion/insertion against a random map and plot the curves")
+    p.add_argument("--top-k", type=int, default=5, help="predictions to print (default 5)")
+    p.add_argument("--out", required=True, help="folder for the figures and .npy maps")
+
+
+def run(args: argparse.Namespace) -> None:
+    model = load_model(args.checkpoint)
+    reports = explain_images(model, args.images, args.out, method=args.method, layer=args.layer,
+                             head=args.head, faithfulness=args.faithfulness, top_k=args.top_k)
+    for r in reports:
+        print(f"{r.path}:")
+        for rank, (name, p) in enumerate(r.top, 1):
+            print(f"  {rank}. {name}  {p:.3f}")
+        for name, scores in r.faithfulness.items():
+            print(f"  faithfulness {name:<12} deletion AUC {scores['deletion_auc']:.3f}  "
+                  f"insertion AUC {scores['insertion_auc']:.3f}")
+        print("  wrote " + ", ".join(str(f) for f in r.files))

@@ -9,6 +9,7 @@ accuracy against FLOPs per image. Each writes a CSV, a Markdown table and a plot
 
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
 import time
@@ -21,6 +22,12 @@ from vitkit.models.cost import flop_model
 from vitkit.train.config import resolve
 from vitkit.train.runlog import write_csv
 from vitkit.train.trainer import train
+
+NAME = "study"
+HELP = "when does a ViT beat a CNN? accuracy against data size or patch size"
+DESCRIPTION = ("--mode data: a plain ViT, a ViT with DeiT augmentation, a ViT distilled from the "
+               "CNN, and the CNN, on nested subsets with the same step budget. --mode patch: one "
+               "ViT per patch size (and image size), accuracy vs FLOPs.")
 
 # name -> (label, options on top of the study's base options)
 ARMS: dict[str, tuple[str, dict]] = {
@@ -107,7 +114,7 @@ def summarise(rows: list[dict]) -> dict[str, dict[int, tuple[float, float]]]:
 
 def write_data_report(rows: list[dict], opts: StudyOptions, out: Path) -> dict[str, Path]:
     """study.csv, study.md and study.png (accuracy against training-set size)."""
-    from vitkit.explain.plot import plt, save
+    from vitkit.viz.plot import save, subplots
 
     out.mkdir(parents=True, exist_ok=True)
     write_csv(out / "study.csv", rows)
@@ -116,7 +123,7 @@ def write_data_report(rows: list[dict], opts: StudyOptions, out: Path) -> dict[s
     cross = {arm: crossover(sizes, [table[arm][n][0] for n in sizes],
                             [table["cnn"][n][0] for n in sizes])
              for arm in table if arm != "cnn"}
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = subplots(figsize=(7, 4.2))
     for arm, per in table.items():
         xs = list(per)
         ys = [per[n][0] for n in xs]
@@ -182,11 +189,11 @@ def run_patch_study(opts: StudyOptions, say: Callable[[str], None] = print) -> l
 
 
 def write_patch_report(rows: list[dict], opts: StudyOptions, out: Path) -> dict[str, Path]:
-    from vitkit.explain.plot import plt, save
+    from vitkit.viz.plot import save, subplots
 
     out.mkdir(parents=True, exist_ok=True)
     write_csv(out / "patch_study.csv", rows)
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = subplots(figsize=(6, 4))
     ax.plot([r["gflops"] for r in rows], [r["top1"] for r in rows], "o-")
     for r in rows:
         ax.annotate(f"P={r['patch']}, {r['img_size']}px", (r["gflops"], r["top1"]),
@@ -205,3 +212,33 @@ def write_patch_report(rows: list[dict], opts: StudyOptions, out: Path) -> dict[
     atomic_write(out / "patch_study.md", lambda tmp: tmp.write_text("\n".join(lines)))
     return {"csv": out / "patch_study.csv", "md": out / "patch_study.md",
             "png": out / "patch_study.png"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mode", choices=["data", "patch"], default="data")
+    p.add_argument("--data", default=None, help="default digits")
+    p.add_argument("--img-size", type=int, default=None, help="default 16")
+    p.add_argument("--vit", default=None, help="default vit_micro_patch4_32")
+    p.add_argument("--fractions", type=float, nargs="+", default=None,
+                   help="shares of the training split (default 0.05 0.1 0.25 0.5 1.0)")
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps per run "
+                                                           "(default 200)")
+    p.add_argument("--batch-size", type=int, default=None, help="default 64")
+    p.add_argument("--lr", type=float, default=None, help="at batch 512 (default 8e-3)")
+    p.add_argument("--seeds", type=int, default=None, help="repeats per point (default 1)")
+    p.add_argument("--patch-sizes", type=int, nargs="+", default=None,
+                   help="patch mode (default 2 4 8)")
+    p.add_argument("--img-sizes", type=int, nargs="+", default=None,
+                   help="patch mode: image sizes to sweep as well")
+    p.add_argument("--out", default=None, help="default runs/study")
+
+
+def run(args: argparse.Namespace) -> None:
+    chosen = {k: (tuple(v) if isinstance(v, list) else v) for k, v in vars(args).items()
+              if k not in ("command", "run", "mode") and v is not None}
+    opts = StudyOptions(**chosen)
+    if args.mode == "data":
+        files = write_data_report(run_data_study(opts), opts, Path(opts.out))
+    else:
+        files = write_patch_report(run_patch_study(opts), opts, Path(opts.out))
+    print("wrote " + ", ".join(str(p) for p in files.values()))

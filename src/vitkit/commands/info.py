@@ -1,23 +1,14 @@
-"""``vitkit info``: a model's parameters by part and its cost per image, as plain text."""
+"""``vitkit info NAME``: a model's parameters by part and its cost per image, as plain text."""
 
 from __future__ import annotations
+
+import argparse
 
 import torch
 
 from vitkit.models.cost import Cost, flop_model, param_breakdown
-from vitkit.models.registry import model_args
+from vitkit.models.registry import build_config
 from vitkit.models.vit import VisionTransformer, ViTConfig
-
-
-def build_config(name: str, img_size: int | None = None, patch_size: int | None = None,
-                 **overrides) -> ViTConfig:
-    """The config of a registered model with the size overrides applied."""
-    args = {**model_args(name), **overrides}
-    if img_size is not None:
-        args["img_size"] = img_size
-    if patch_size is not None:
-        args["patch_size"] = patch_size
-    return ViTConfig(**args)
 
 
 def _scaling_rows(cfg: ViTConfig) -> list[tuple[str, ViTConfig]]:
@@ -114,3 +105,18 @@ def describe(name: str, img_size: int | None = None, patch_size: int | None = No
             f"{c.attention / base.attention:>8.2f}x{_g(c.flops):>15}{c.macs / base.macs:>8.2f}x"
         )
     return "\n".join(lines)
+
+
+NAME = "info"
+HELP = "parameters by part and FLOPs per image of a model"
+DESCRIPTION = "Parameters by part and cost per image of a registered model."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", help="a registered name, e.g. vit_base_patch16_224 (see `vitkit list`)")
+    p.add_argument("--img-size", type=int, default=None, help="input side in pixels (square)")
+    p.add_argument("--patch-size", type=int, default=None, help="patch side in pixels")
+
+
+def run(args: argparse.Namespace) -> None:
+    print(describe(args.name, img_size=args.img_size, patch_size=args.patch_size))

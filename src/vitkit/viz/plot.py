@@ -10,16 +10,20 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-import matplotlib
+import matplotlib.patches as mpatches
+import numpy as np
+import torch
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")  # files only: no display needed, safe on servers and in CI
+from vitkit.explain.metrics import upsample
 
-import matplotlib.patches as mpatches  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
 
-from vitkit.explain.metrics import upsample  # noqa: E402
+def subplots(*args, figsize=None, **kwargs):
+    """``(figure, axes)`` like ``pyplot.subplots``, through matplotlib's object API: no pyplot,
+    no global figure list and no backend switch, so importing vitkit never changes a
+    notebook's backend."""
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(*args, **kwargs)
 
 
 def to_image_size(grid_map, size: tuple[int, int]) -> np.ndarray:
@@ -47,12 +51,12 @@ def overlay(ax, image: np.ndarray, grid_map=None, alpha: float = 0.5, cmap: str 
 
 
 def figure_heads(image: np.ndarray, head_maps, layer: int, box=None,
-                 title: str = "") -> plt.Figure:
+                 title: str = "") -> Figure:
     """The image and one panel per head: [CLS] attention of one layer, (heads, gh, gw)."""
     heads = len(head_maps)
     cols = min(heads + 1, 7)
     rows = -(-(heads + 1) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(2 * cols, 2 * rows + 0.4), squeeze=False)
+    fig, axes = subplots(rows, cols, figsize=(2 * cols, 2 * rows + 0.4), squeeze=False)
     overlay(axes.flat[0], image, box=box, title="image")
     for h in range(heads):
         overlay(axes.flat[h + 1], image, head_maps[h], box=box, title=f"layer {layer} head {h}")
@@ -63,10 +67,10 @@ def figure_heads(image: np.ndarray, head_maps, layer: int, box=None,
     return fig
 
 
-def figure_mosaic(image: np.ndarray, cls_maps, box=None, title: str = "") -> plt.Figure:
+def figure_mosaic(image: np.ndarray, cls_maps, box=None, title: str = "") -> Figure:
     """Layers x heads: [CLS] attention of every head of every layer, (layers, heads, gh, gw)."""
     layers, heads = len(cls_maps), len(cls_maps[0])
-    fig, axes = plt.subplots(layers, heads, figsize=(1.3 * heads, 1.3 * layers + 0.4),
+    fig, axes = subplots(layers, heads, figsize=(1.3 * heads, 1.3 * layers + 0.4),
                              squeeze=False)
     for i in range(layers):
         for h in range(heads):
@@ -82,10 +86,10 @@ def figure_mosaic(image: np.ndarray, cls_maps, box=None, title: str = "") -> plt
 
 
 def figure_methods(image: np.ndarray, maps: Mapping[str, object], box=None,
-                   title: str = "") -> plt.Figure:
+                   title: str = "") -> Figure:
     """The image and one overlay per method, side by side."""
     n = len(maps) + 1
-    fig, axes = plt.subplots(1, n, figsize=(2.2 * n, 2.6), squeeze=False)
+    fig, axes = subplots(1, n, figsize=(2.2 * n, 2.6), squeeze=False)
     overlay(axes[0, 0], image, box=box, title="image")
     for ax, (name, m) in zip(axes[0, 1:], maps.items(), strict=True):
         overlay(ax, image, m, box=box, title=name)
@@ -96,9 +100,9 @@ def figure_methods(image: np.ndarray, maps: Mapping[str, object], box=None,
 
 
 def figure_curves(fractions, curves: Mapping[str, tuple[object, object]],
-                  title: str = "") -> plt.Figure:
+                  title: str = "") -> Figure:
     """Deletion and insertion curves per method: {name: (deletion (S+1,), insertion (S+1,))}."""
-    fig, (ax_d, ax_i) = plt.subplots(1, 2, figsize=(8, 3.2))
+    fig, (ax_d, ax_i) = subplots(1, 2, figsize=(8, 3.2))
     for name, (deletion, insertion) in curves.items():
         ax_d.plot(fractions, deletion, label=name)
         ax_i.plot(fractions, insertion, label=name)
@@ -114,21 +118,20 @@ def figure_curves(fractions, curves: Mapping[str, tuple[object, object]],
     return fig
 
 
-def save(fig: plt.Figure, path: str | os.PathLike, dpi: int = 120) -> Path:
-    """Write ``fig`` as PNG and close it."""
+def save(fig: Figure, path: str | os.PathLike, dpi: int = 120) -> Path:
+    """Write ``fig`` as PNG."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=dpi)
-    plt.close(fig)
     return path
 
 
-def figure_confusion(confusion, class_names: list[str], title: str = "") -> plt.Figure:
+def figure_confusion(confusion, class_names: list[str], title: str = "") -> Figure:
     """A confusion matrix (true rows x predicted columns), counts written in the cells."""
     counts = np.asarray(confusion)
     n = len(class_names)
     size = min(12, 2 + 0.45 * n)
-    fig, ax = plt.subplots(figsize=(size, size))
+    fig, ax = subplots(figsize=(size, size))
     ax.imshow(counts, cmap="Blues")
     ax.set_xticks(range(n), class_names, rotation=90 if n > 10 else 0, fontsize=7)
     ax.set_yticks(range(n), class_names, fontsize=7)

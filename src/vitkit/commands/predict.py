@@ -1,51 +1,23 @@
-"""``vitkit eval`` and ``vitkit predict``: a checkpoint scored on a dataset, or run on files."""
+"""``vitkit predict CHECKPOINT IMAGE_OR_FOLDER...``: top-k classes for image files, as a table on
+screen and, with ``--out``, a CSV or JSON file."""
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import os
 from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader
 
 from vitkit.checkpoints.io import atomic_write, load_model
-from vitkit.data.datasets import IMAGE_SUFFIXES, load_split
+from vitkit.data.datasets import IMAGE_SUFFIXES
 from vitkit.data.images import load_image, preprocessing
-from vitkit.data.transforms import Transformed, eval_transform
-from vitkit.explain import plot
-from vitkit.train.trainer import evaluate
 
-
-def evaluate_checkpoint(checkpoint: str | os.PathLike, data: str, split: str = "val",
-                        out: str | os.PathLike | None = None, batch_size: int = 256,
-                        **data_options) -> dict:
-    """Top-1, top-5, per-class accuracy and the confusion matrix of ``checkpoint`` on a split.
-
-    With ``out``, writes ``eval.json`` and ``confusion.png`` there.
-    """
-    model = load_model(checkpoint)
-    (size, _), mean, std = preprocessing(model)
-    ds = load_split(data, split, size, **data_options)
-    if len(ds.classes) != model.num_classes:
-        raise ValueError(f"the checkpoint has {model.num_classes} classes but {data} has "
-                         f"{len(ds.classes)}; evaluate on the data it was trained for")
-    loader = DataLoader(Transformed(ds, eval_transform(size, mean, std)), batch_size=batch_size)
-    metrics = evaluate(model, loader, torch.device("cpu"), len(ds.classes))
-    result = {"checkpoint": str(checkpoint), "data": data, "split": split, "images": len(ds),
-              "top1": metrics["top1"], "top5": metrics["top5"],
-              "per_class": dict(zip(ds.classes, metrics["per_class"], strict=True)),
-              "confusion": metrics["confusion"].tolist()}
-    if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write(out / "eval.json",
-                     lambda tmp: tmp.write_text(json.dumps(result, indent=2) + "\n"))
-        plot.save(plot.figure_confusion(metrics["confusion"], ds.classes,
-                                        title=f"{Path(checkpoint).name} on {data} ({split})"),
-                  out / "confusion.png")
-    return result
+NAME = "predict"
+HELP = "top-k classes for image files or folders"
+DESCRIPTION = "Top-k classes for each image; --out writes CSV or JSON."
 
 
 def _image_files(inputs: list[str | os.PathLike]) -> list[Path]:
@@ -109,3 +81,21 @@ def _write_predictions(out: Path, rows: list[dict], top_k: int) -> None:
                 w.writerow(cells)
 
     atomic_write(out, write)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint")
+    p.add_argument("inputs", nargs="+", help="image files or folders")
+    p.add_argument("--top-k", type=int, default=5)
+    p.add_argument("--out", default=None, help="predictions.csv or predictions.json")
+
+
+def run(args: argparse.Namespace) -> None:
+    for r in predict(args.checkpoint, args.inputs, top_k=args.top_k, out=args.out):
+        if "error" in r:
+            print(f"{r['image']}: {r['error']}")
+        else:
+            best = ", ".join(f"{t['class']} {t['probability']:.3f}" for t in r["top"])
+            print(f"{r['image']}: {best}")
+    if args.out:
+        print(f"wrote {args.out}")

@@ -8,6 +8,7 @@ attribution, with the digit's box), and writes one self-contained ``report.html`
 
 from __future__ import annotations
 
+import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +20,15 @@ from vitkit import explain
 from vitkit.checkpoints.io import load_model
 from vitkit.data.digits import cluttered_digits
 from vitkit.data.images import load_image, preprocessing
-from vitkit.explain import plot
 from vitkit.models.cost import flop_model
-from vitkit.report import Report
 from vitkit.train.config import resolve
 from vitkit.train.trainer import train
+from vitkit.viz import plot
+from vitkit.viz.report import Report
+
+NAME = "demo"
+HELP = "train a ViT and a CNN, compare them, draw attention, write report.html"
+DESCRIPTION = "The whole library in one command (about 5 minutes on 2 CPU cores)."
 
 
 @dataclass
@@ -147,3 +152,22 @@ def run_demo(opts: DemoOptions, say=print) -> Path:
     path = report.write(out / "report.html")
     say(f"report: {path.resolve()}")
     return path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", default=None, help="cluttered-digits (default) or imagefolder:PATH")
+    p.add_argument("--img-size", type=int, default=None, help="input side (default 32)")
+    p.add_argument("--vit", default=None, help="ViT to train (default vit_micro_patch4_32)")
+    p.add_argument("--cnn", default=None, help="CNN to train (default resnet18)")
+    p.add_argument("--vit-steps", type=int, default=None, help="ViT steps (default 375)")
+    p.add_argument("--cnn-steps", type=int, default=None, help="CNN steps (default 150)")
+    p.add_argument("--images", type=int, default=None, help="images to explain (default 4)")
+    p.add_argument("--batch-size", type=int, default=None, help="default 64")
+    p.add_argument("--out", default=None, help="output folder (default runs/demo)")
+    p.add_argument("--quick", action="store_true", help="a tiny smoke run of about a minute")
+
+
+def run(args: argparse.Namespace) -> None:
+    chosen = {k: v for k, v in vars(args).items()
+              if k not in ("command", "run", "quick") and v is not None}
+    run_demo(DemoOptions.quick(**chosen) if args.quick else DemoOptions(**chosen))

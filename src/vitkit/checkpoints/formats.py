@@ -1,0 +1,40 @@
+"""The registry of checkpoint formats: one module per layout, listed once here.
+
+Every format module defines ``NAME``, ``LABEL`` (how users recognise it),
+``detect(ckpt) -> bool`` and ``to_vitkit(state, config, notes) -> (state, kwargs, extra)``.
+A format vitkit can also write adds ``refusals(cfg) -> list[str]`` (why a model does not fit
+the layout; empty when it does) and ``write(model, dst) -> Path``. Adding a format is one module
+plus one line in ``FORMATS``; the loader, ``export``, the CLI's ``--to`` choices and the
+"supported" text all come from this list.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from vitkit.checkpoints import deit, hf, jax, native, resnet, timm, torchvision
+from vitkit.checkpoints.common import CheckpointError
+
+# Detection order: the first whose detect() is true reads the file (DeiT before timm: DeiT is
+# timm's layout with a dist_token).
+FORMATS: tuple[ModuleType, ...] = (native, deit, timm, hf, torchvision, jax, resnet)
+EXPORTS: tuple[str, ...] = tuple(f.NAME for f in FORMATS if hasattr(f, "write"))
+
+
+def get(name: str) -> ModuleType:
+    """The format module called ``name``; a clear error naming the formats otherwise."""
+    for f in FORMATS:
+        if f.NAME == name:
+            return f
+    raise CheckpointError(f"unknown format {name!r}; formats: "
+                          + ", ".join(f.NAME for f in FORMATS))
+
+
+def supported() -> str:
+    """One line listing what vitkit reads, for error messages and help texts."""
+    return "; ".join(f.LABEL for f in FORMATS)
+
+
+def writable(cfg) -> list[str]:
+    """The export formats whose layout can hold a model with config ``cfg``."""
+    return [name for name in EXPORTS if not get(name).refusals(cfg)]

@@ -1,0 +1,20 @@
+"""The CLI's commands, one module each. A command module defines ``NAME``, ``HELP``,
+``DESCRIPTION``, ``add_arguments(parser)`` and ``run(args)``: it parses, calls the library and
+prints. Adding a command is one module plus one line in ``COMMANDS``.
+
+Modules are imported only when the parser is built, so ``import vitkit`` never pays for them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+# The order is the order of ``vitkit --help``.
+COMMANDS = ("info", "list", "convert", "resize", "attention", "train", "eval", "predict",
+            "demo", "study", "bench")
+
+
+def load(name: str) -> ModuleType:
+    """The module of command ``name``."""
+    return importlib.import_module(f"vitkit.commands.{name}")

@@ -1,0 +1,47 @@
+"""``vitkit train``: from scratch, fine-tuning or distilling; options from flags, a YAML file
+and a recipe (flags override the file, which overrides the recipe)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+
+from vitkit.train.config import TrainConfig, field_types, resolve
+from vitkit.train.trainer import train
+
+NAME = "train"
+HELP = "train or fine-tune a ViT or CNN (DeiT recipe, distillation, torchrun)"
+DESCRIPTION = ("Train from scratch (--recipe deit), fine-tune (--recipe finetune --init "
+               "CHECKPOINT) or distil (--distill hard --teacher CHECKPOINT). Every option can "
+               "also come from --config FILE.yaml; flags override the file, which overrides the "
+               "recipe. Runs under torchrun unchanged.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default=None, help="YAML file of options (names as below)")
+    p.add_argument("--resume", default=None, help="run folder to continue exactly")
+    types = field_types()
+    for f in fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        t = types[f.name]
+        helptext = f"(default: {f.default})"
+        if t is bool:
+            p.add_argument(flag, action=argparse.BooleanOptionalAction,
+                           default=argparse.SUPPRESS, help=helptext)
+        elif t is tuple:
+            p.add_argument(flag, type=float, nargs=3, default=argparse.SUPPRESS, help=helptext)
+        else:
+            p.add_argument(flag, type=t, default=argparse.SUPPRESS, help=helptext)
+
+
+def run(args: argparse.Namespace) -> None:
+    overrides = {k: v for k, v in vars(args).items()
+                 if k not in ("command", "run", "config", "resume")}
+    if args.resume:
+        if overrides:
+            raise ValueError("--resume continues a run exactly as it was configured; drop "
+                             f"the other options ({', '.join(sorted(overrides))})")
+        result = train(None, resume=args.resume)
+    else:
+        result = train(resolve(overrides, args.config))
+    print(f"best validation top-1 {result.best_top1:.4f}; run folder {result.run_dir}")

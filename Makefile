@@ -1,13 +1,14 @@
-# Two commands on a fresh machine: `make demo` and `make test`. Both create .venv on first use.
+# Two commands on a fresh machine: `make demo` and `make test`. Both create .venv on first use,
+# installing vitkit with every extra at the exact versions of constraints.txt.
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint clean
+.PHONY: demo test lint docs clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[all]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -16,8 +17,13 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 
-test: $(STAMP) lint
+# The documentation site (MkDocs, material theme, API reference from the docstrings) in site/.
+# --strict: a broken link or a missing docstring reference is an error.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
+test: $(STAMP) lint docs
 	$(PY) -m pytest
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build src/*.egg-info
+	rm -rf $(VENV) .pytest_cache .hypothesis build site src/*.egg-info

@@ -1,4 +1,5 @@
-"""Shared test set-up: deterministic float32 on CPU, hypothesis without wall-clock deadlines."""
+"""Shared test set-up: deterministic float32 on CPU, hypothesis without wall-clock deadlines, and
+the small ViT most tests build (``SMALL``, ``small_vit``; test modules import them from here)."""
 
 import logging
 import os
@@ -7,9 +8,25 @@ import pytest
 import torch
 from hypothesis import settings
 
+from vitkit import VisionTransformer
+
+from peers import perturb
+
 # Shared 2-core machines are noisy: a deadline would turn load into failures.
 settings.register_profile("vitkit", deadline=None, max_examples=60, derandomize=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "vitkit"))
+
+
+# 32x32 images, 4x4 patches (64 tokens), 3 blocks of width 48: every code path, in milliseconds.
+SMALL = dict(img_size=32, patch_size=4, embed_dim=48, depth=3, num_heads=4, mlp_dim=96,
+             num_classes=7)
+
+
+def small_vit(scale: float = 0.0, **overrides) -> VisionTransformer:
+    """A ``SMALL`` ViT with ``overrides``, in eval mode; ``scale > 0`` adds that much noise to
+    every weight (fresh models have zero biases and unit LayerNorms, which hide mistakes)."""
+    model = VisionTransformer(**{**SMALL, **overrides})
+    return perturb(model, scale=scale) if scale else model.eval()
 
 
 @pytest.fixture(autouse=True)

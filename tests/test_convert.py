@@ -2,6 +2,7 @@
 and `vitkit resize`."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from timm.models.vision_transformer import _load_weights
 import vitkit
 from vitkit import CheckpointError
 from vitkit.cli import main
+from vitkit.data.images import load_image
 
 from peers import logits, max_diff, perturb
 
@@ -172,3 +174,54 @@ def test_cli_resize_to_a_rectangle_and_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["resize", "a", "b", "--img-size", "big"])
     assert np.all([not (tmp_path / "bad.safetensors").exists()])
+
+
+# ------------------------------------------------------------------- what a layout cannot hold
+@pytest.mark.parametrize(("to", "dst", "kw", "reason"), [
+    ("jax", "m.npz", dict(qkv_bias=False), "has no qkv bias"),
+    ("jax", "m.npz", dict(img_size=(32, 48)), "rectangular 32x48"),
+    ("torchvision", "m.pth", dict(img_size=(32, 48)), "rectangular 32x48"),
+    ("torchvision", "m.pth", dict(qkv_bias=False), "has no qkv bias"),
+    ("torchvision", "m.pth", dict(norm_eps=1e-12), "eps 1e-12"),
+    ("hf", "hf", dict(num_reg_tokens=2), "has register tokens"),
+])
+def test_every_exporter_states_its_refusals_and_writes_nothing(tmp_path, to, dst, kw, reason):
+    model = vitkit.create_model("vit_nano_patch4_32", **kw)
+    with pytest.raises(CheckpointError, match=rf"cannot export to {to}: the model .*{reason}.*"
+                                              r"Formats that can hold it: vitkit, timm"):
+        vitkit.export(model, tmp_path / dst, to=to)
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("to", ["timm", "hf", "jax", "torchvision"])
+def test_a_cnn_is_refused_by_every_vit_layout_with_what_it_can_be(tmp_path, to, capsys):
+    from vitkit.models.cnn import create_cnn
+
+    vitkit.save_model(create_cnn("resnet18", 3, 32), tmp_path / "cnn.safetensors")
+    assert main(["convert", str(tmp_path / "cnn.safetensors"), str(tmp_path / "out"),
+                 "--to", to]) == 2
+    err = capsys.readouterr().err
+    assert "is a CNN (resnet18); a CNN can be written as vitkit (.safetensors) only" in err
+    assert "Formats that can hold it: vitkit." in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_hf_pipeline_classifies_a_photo_like_vitkit(tmp_path):
+    """A folder from --to hf is a complete Hugging Face model: pipeline() reads its
+    preprocessor_config.json and gives vitkit's top-1 and probabilities on a real photograph."""
+    import sklearn.datasets
+    from PIL import Image
+
+    photo = Path(sklearn.datasets.__file__).parent / "images" / "china.jpg"
+    model = perturb(vitkit.create_model("vit_nano_patch4_32", num_classes=5), scale=0.3)
+    model.cfg.extra.update(class_names=["a", "b", "c", "d", "e"], mean=[0.48, 0.46, 0.41],
+                           std=[0.27, 0.26, 0.28])
+    vitkit.export(model, tmp_path / "hf", to="hf")
+    pipe = transformers.pipeline("image-classification", model=str(tmp_path / "hf"))
+    theirs = pipe(Image.open(photo), top_k=5)
+    x, _ = load_image(photo, (32, 32), model.cfg.extra["mean"], model.cfg.extra["std"])
+    probs = logits(model, x[None]).softmax(-1)[0]
+    ours = {model.cfg.extra["class_names"][i]: float(p) for i, p in enumerate(probs)}
+    assert theirs[0]["label"] == max(ours, key=ours.get)
+    for entry in theirs:
+        assert abs(entry["score"] - ours[entry["label"]]) < 5e-3  # torchvision backend

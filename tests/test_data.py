@@ -1,5 +1,7 @@
 """Built-in data and image reading."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -62,3 +64,23 @@ def test_align_puts_digits_on_whole_patches():
     d = cluttered_digits(30, align=4, seed=5)
     assert (d.boxes[:, :2] % 4 == 0).all()
     assert (d.boxes[:, 2:] - d.boxes[:, :2] == 8).all()
+
+
+def test_eval_predict_and_attention_see_the_same_pixels(tmp_path):
+    """`vitkit eval` (a dataset through eval_transform), `predict` and `attention` (load_image)
+    preprocess an image identically, so the same image gets the same logits everywhere."""
+    import sklearn.datasets
+
+    from vitkit.data.datasets import load_split
+    from vitkit.data.transforms import eval_transform
+
+    photo = Path(sklearn.datasets.__file__).parent / "images" / "flower.jpg"  # 640x427
+    for cls in ("a", "b"):
+        (tmp_path / cls).mkdir()
+        Image.open(photo).save(tmp_path / cls / "flower.png")
+    split = load_split(f"imagefolder:{tmp_path}", "val", 48, val_fraction=0.5)
+    mean, std = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
+    from_dataset = eval_transform(48, mean, std)(split[0][0])
+    from_file, picture = load_image(tmp_path / "a" / "flower.png", (48, 48), mean, std)
+    assert torch.equal(from_dataset, from_file)
+    assert picture.shape == (48, 48, 3)

@@ -5,19 +5,16 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import small_vit
 
-from vitkit import VisionTransformer, create_model, explain
+from vitkit import create_model, explain
 from vitkit.explain.attention import Layout
 
-from peers import perturb
 from reference import RefViT
-
-SMALL = dict(img_size=32, patch_size=4, embed_dim=48, depth=3, num_heads=4, mlp_dim=96,
-             num_classes=7)
 
 
 def small(**kw):
-    return perturb(VisionTransformer(**{**SMALL, **kw}), scale=0.2)
+    return small_vit(scale=0.2, **kw)
 
 
 def test_maps_equal_softmax_qk_from_the_blocks_own_weights():
@@ -240,3 +237,77 @@ def test_gap_and_distilled_models_read_out_their_own_tokens():
 def test_frozen_weights_still_get_gradient_maps():
     model = create_model("vit_nano_patch4_32").eval().requires_grad_(False)
     assert explain.explain_map(model, torch.randn(1, 3, 32, 32), "chefer").map.isfinite().all()
+
+
+# ------------------------------------------------------- maps from anywhere, methods anywhere
+def test_attention_maps_keep_their_layout_when_sliced():
+    model = small(num_reg_tokens=2)
+    with torch.no_grad():
+        _, maps = model(torch.randn(2, 3, 32, 32), return_attn=True)
+    last_two = maps[-2:]
+    assert type(last_two) is type(maps)
+    assert (last_two.layers, last_two.grid, last_two.num_prefix_tokens, last_two.readout) == \
+        ([1, 2], (8, 8), 3, (0,))
+    torch.testing.assert_close(explain.cls_attention(last_two), explain.cls_attention(maps))
+    torch.testing.assert_close(explain.attention_rollout(last_two),
+                               explain.attention_rollout(maps, start_layer=1))
+    assert isinstance(maps[0], torch.Tensor)
+
+
+def test_rollout_and_rows_take_hugging_face_attentions_as_they_are(tmp_path, vitkit_log):
+    """outputs.attentions from transformers' own ViT (a tuple, no grid attached) give the same
+    rollout, [CLS] maps and token rows as vitkit's maps of the same weights."""
+    import transformers
+
+    model = small(num_classes=3)
+    vitkit_export = tmp_path / "hf"
+    from vitkit import export
+
+    export(model, vitkit_export, to="hf")
+    peer = transformers.ViTForImageClassification.from_pretrained(
+        vitkit_export, attn_implementation="eager").eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        theirs = peer(pixel_values=x, output_attentions=True).attentions
+        _, ours = model(x, return_attn=True)
+    assert isinstance(theirs, tuple)
+    torch.testing.assert_close(explain.attention_rollout(theirs, discard_ratio=0.3),
+                               explain.attention_rollout(ours, discard_ratio=0.3), atol=1e-5,
+                               rtol=0)
+    torch.testing.assert_close(explain.token_attention(theirs, token=17, layer=1),
+                               explain.token_attention(ours, token=17, layer=1), atol=1e-5,
+                               rtol=0)
+    torch.testing.assert_close(explain.cls_attention(theirs, head="max"),
+                               explain.cls_attention(ours, head="max"), atol=1e-5, rtol=0)
+    assert "read as 1 [CLS] token + a 8x8 patch grid" in vitkit_log.text
+    with pytest.raises(ValueError, match="token 65 does not exist: these maps have 65 tokens"):
+        explain.token_attention(theirs, token=65)
+
+
+@pytest.mark.parametrize("method", list(explain.METHODS))
+def test_every_method_keeps_to_the_device_of_its_inputs(method):
+    """On the meta device every tensor a method makes must follow its inputs' device: a
+    torch.eye built on the CPU (which breaks on CUDA) fails here, on a CPU-only machine."""
+    with torch.device("meta"):
+        model = small_vit()
+        x = torch.randn(2, 3, 32, 32)
+    out = explain.explain_map(model, x, method, discard_ratio=0.2)
+    assert out.map.device.type == "meta"
+    assert out.map.shape == (2, 8, 8)
+
+
+def test_the_registry_drives_the_errors_and_the_cli():
+    import argparse
+
+    from vitkit.commands.attention import add_arguments
+
+    assert set(explain.METHODS) == {"cls", "rollout", "grad-rollout", "chefer", "gradcam"}
+    assert all(m.summary and m.compute for m in explain.METHODS.values())
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    choices = next(a.choices for a in p._actions if a.dest == "method")
+    assert list(choices) == list(explain.METHODS)
+    gap = small(pool="avg", class_token=False)
+    with pytest.raises(ValueError, match="'cls' explains a \\[CLS\\] readout.*methods that "
+                                         "apply: rollout, grad-rollout, chefer, gradcam"):
+        explain.explain_map(gap, torch.randn(1, 3, 32, 32), "cls")

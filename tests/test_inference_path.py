@@ -3,14 +3,12 @@
 import pytest
 import timm
 import torch
+from conftest import small_vit
 
 from vitkit import VisionTransformer
 from vitkit.models import inference
 
 from peers import perturb
-
-SMALL = dict(img_size=32, patch_size=4, embed_dim=48, depth=3, num_heads=4, mlp_dim=96,
-             num_classes=7)
 
 CONFIGS = {
     "cls": {},
@@ -25,7 +23,7 @@ CONFIGS = {
 
 def model_with_biases(**kw) -> VisionTransformer:
     """Fresh models have zero biases; the fused path folds biases, so make them count."""
-    return perturb(VisionTransformer(**{**SMALL, **kw}), scale=0.5)
+    return small_vit(scale=0.5, **kw)
 
 
 def both_paths(model, x, **kw):

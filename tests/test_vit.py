@@ -3,15 +3,13 @@
 import pytest
 import timm
 import torch
+from conftest import small_vit
 from timm.layers import resample_abs_pos_embed
 from torch.utils.flop_counter import FlopCounterMode
 
 from vitkit import VisionTransformer, create_model
 
 from reference import RefViT
-
-SMALL = dict(img_size=32, patch_size=4, embed_dim=48, depth=3, num_heads=4, mlp_dim=96,
-             num_classes=7)
 
 CONFIGS = {
     "cls": {},
@@ -24,7 +22,7 @@ CONFIGS = {
 
 
 def small(**kw) -> VisionTransformer:
-    return VisionTransformer(**{**SMALL, **kw}).eval()
+    return small_vit(**kw)
 
 
 def images(model, batch=2):
@@ -242,3 +240,37 @@ def test_reset_classifier_and_bad_configs():
         small(pool="max")
     with pytest.raises(ValueError, match="needs class_token=True"):
         small(class_token=False)
+
+
+# ------------------------------------------------------------------------ stochastic depth
+def test_drop_path_keeps_the_expected_output_equal_to_the_input():
+    """Each sample's branch is dropped or scaled by 1/keep, so E[DropPath(x)] = x; without the
+    rescaling every residual branch would shrink by keep in training."""
+    from vitkit.models.vit import DropPath
+
+    drop = DropPath(0.25).train()
+    x = torch.ones(200_000, 3)
+    y = drop(x)
+    kept = y[:, 0] != 0
+    torch.testing.assert_close(y[kept], torch.full_like(y[kept], 1 / 0.75))
+    assert abs(y.mean().item() - 1.0) < 0.01
+    assert abs(kept.float().mean().item() - 0.75) < 0.01
+    assert torch.equal(drop.eval()(x), x)
+
+
+def test_a_block_with_drop_path_equals_timms_under_the_same_seed():
+    from timm.models.vision_transformer import Block as TimmBlock
+
+    model = small_vit(scale=0.1, drop_path_rate=0.4)
+    ours = model.blocks[-1].train()
+    assert ours.drop_path1.p == pytest.approx(0.4)
+    theirs = TimmBlock(48, 4, mlp_ratio=2.0, qkv_bias=True, drop_path=0.4).train()
+    theirs.load_state_dict(ours.state_dict())
+    x = torch.randn(16, 65, 48)
+    torch.manual_seed(3)
+    y_ours, _ = ours(x)
+    torch.manual_seed(3)
+    y_theirs = theirs(x)
+    torch.testing.assert_close(y_ours, y_theirs, atol=1e-6, rtol=1e-5)
+    torch.manual_seed(4)
+    assert not torch.allclose(ours(x)[0], y_ours)  # the seed matters: the masks are drawn

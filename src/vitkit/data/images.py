@@ -28,10 +28,17 @@ def to_rgb(img: Image.Image) -> Image.Image:
 
 
 def resize_and_crop(img: Image.Image, size: tuple[int, int]) -> Image.Image:
-    """Scale (bicubic) so the image covers ``size`` (H, W) keeping its aspect, then centre-crop."""
+    """Scale (bicubic) so the image covers ``size`` (H, W) keeping its aspect, then centre-crop.
+
+    The side that sets the scale becomes exactly its target; the other is truncated to an
+    integer (``int(target * long / short)``), as torchvision's ``Resize``, timm and Hugging
+    Face's processors compute it, so their pipelines see the same pixels.
+    """
     h, w = size
-    scale = max(h / img.height, w / img.width)
-    new_w, new_h = max(w, round(img.width * scale)), max(h, round(img.height * scale))
+    if h / img.height >= w / img.width:  # the height sets the scale
+        new_h, new_w = h, max(w, int(h * img.width / img.height))
+    else:
+        new_h, new_w = max(h, int(w * img.height / img.width)), w
     img = img.resize((new_w, new_h), Image.Resampling.BICUBIC)
     left, top = (new_w - w) // 2, (new_h - h) // 2
     return img.crop((left, top, left + w, top + h))

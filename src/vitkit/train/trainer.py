@@ -14,7 +14,7 @@ import copy
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -205,7 +205,52 @@ def _run_dir(cfg: TrainConfig, resume) -> Path:
     return Path(cfg.out) / name
 
 
-def _train(cfg: TrainConfig, resume, ctx, progress) -> RunResult:
+@dataclass
+class _Run:
+    """Everything one training run holds between its steps (built by :func:`_setup`)."""
+
+    cfg: TrainConfig
+    ctx: distributed.Context
+    run_dir: Path
+    log: RunLog
+    raw: nn.Module  # the model itself (not wrapped by DDP or compile)
+    net: nn.Module  # DDP-wrapped when several processes train
+    forward: nn.Module  # net, compiled when asked
+    ema: nn.Module | None
+    teacher: nn.Module | None
+    opt: torch.optim.Optimizer
+    train_ds: Transformed
+    val_loader: DataLoader
+    mixer: object
+    autocast: object
+    num_classes: int
+    train_images: int
+    global_batch: int
+    base_lr: float
+    steps_per_epoch: int
+    epochs: int
+    total: int  # optimiser steps in the whole run
+    warmup: int
+    show: bool  # progress bar
+    # progress, saved in state.pt
+    step: int = 0
+    best: float = -1.0
+    history: list = field(default_factory=list)
+    start_epoch: int = 0
+    done_in_epoch: int = 0  # steps already done in start_epoch (a mid-epoch resume)
+
+
+@dataclass
+class _EpochStats:
+    loss_sum: float  # sum of the step losses of this process's steps in the epoch
+    steps: int
+    seen: int  # images, all processes
+    start: float  # perf_counter at the epoch's start
+    lr: float  # the last step's
+
+
+def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
+    """Resume state, data, model, teacher, optimiser and schedule: everything before step 1."""
     run_dir = _run_dir(cfg, resume)
     state = None
     if resume:
@@ -249,7 +294,6 @@ def _train(cfg: TrainConfig, resume, ctx, progress) -> RunResult:
     if cfg.distill:
         teacher = load_model(cfg.teacher).to(ctx.device).eval().requires_grad_(False)
     net = DistributedDataParallel(raw) if ctx.world > 1 else raw
-    forward = torch.compile(net) if cfg.compile else net
 
     global_batch = cfg.batch_size * ctx.world * cfg.accum_steps
     base_lr = cfg.lr * global_batch / 512
@@ -262,117 +306,136 @@ def _train(cfg: TrainConfig, resume, ctx, progress) -> RunResult:
         raise ValueError(f"{len(train_split)} training images cannot fill one global batch of "
                          f"{global_batch}; lower --batch-size or --accum-steps")
     epochs = math.ceil(cfg.steps / steps_per_epoch) if cfg.steps > 0 else cfg.epochs
-    total = cfg.steps if cfg.steps > 0 else epochs * steps_per_epoch
-    warmup = int(cfg.warmup_epochs * steps_per_epoch)
     log.line(f"model {cfg.model}{' from ' + cfg.init if cfg.init else ''}: "
              f"{sum(p.numel() for p in raw.parameters()):,} parameters; {ctx.world} process(es) "
              f"on {ctx.device}; global batch {global_batch}, lr {base_lr:.3g}, "
              f"{steps_per_epoch} steps/epoch")
 
-    train_ds = Transformed(train_split, train_transform(
-        cfg.img_size, cfg.mean, cfg.std, crop_scale=cfg.crop_scale, hflip=cfg.hflip,
-        randaugment=cfg.randaugment, random_erasing=cfg.random_erasing), cfg.seed)
-    val_loader = _val_loader(val_split, cfg, ctx)
-    mixer = _mixer(cfg, num_classes)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if ctx.device.type == "cuda" \
-        else torch.autocast("cpu", enabled=False)
-    show = (sys.stderr.isatty() if progress is None else progress) and ctx.main
-
-    step = state["step"] if state else 0
-    best = state["best"] if state else -1.0
-    history = state["history"] if state else []
-    start_epoch = state["epoch"] if state else 0
-    done_in_epoch = state["step_in_epoch"] if state else 0
+    run = _Run(
+        cfg=cfg, ctx=ctx, run_dir=run_dir, log=log, raw=raw, net=net,
+        forward=torch.compile(net) if cfg.compile else net, ema=ema, teacher=teacher, opt=opt,
+        train_ds=Transformed(train_split, train_transform(
+            cfg.img_size, cfg.mean, cfg.std, crop_scale=cfg.crop_scale, hflip=cfg.hflip,
+            randaugment=cfg.randaugment, random_erasing=cfg.random_erasing), cfg.seed),
+        val_loader=_val_loader(val_split, cfg, ctx), mixer=_mixer(cfg, num_classes),
+        autocast=torch.autocast("cuda", dtype=torch.bfloat16) if ctx.device.type == "cuda"
+        else torch.autocast("cpu", enabled=False),
+        num_classes=num_classes, train_images=len(train_split), global_batch=global_batch,
+        base_lr=base_lr, steps_per_epoch=steps_per_epoch, epochs=epochs,
+        total=cfg.steps if cfg.steps > 0 else epochs * steps_per_epoch,
+        warmup=int(cfg.warmup_epochs * steps_per_epoch),
+        show=(sys.stderr.isatty() if progress is None else progress) and ctx.main,
+    )
     if state is not None:
+        run.step, run.best, run.history = state["step"], state["best"], state["history"]
+        run.start_epoch, run.done_in_epoch = state["epoch"], state["step_in_epoch"]
         torch.set_rng_state(state["rng"])
-        log.line(f"resumed at epoch {start_epoch + 1}, step {step} "
-                 f"({done_in_epoch} steps into the epoch)")
+        log.line(f"resumed at epoch {run.start_epoch + 1}, step {run.step} "
+                 f"({run.done_in_epoch} steps into the epoch)")
+    return run
 
-    for epoch in range(start_epoch, epochs):
-        train_ds.set_epoch(epoch)
-        batches = epoch_batches(len(train_ds), cfg.batch_size, cfg.seed, epoch, ctx.rank,
-                                ctx.world)[: steps_per_epoch * cfg.accum_steps]
-        batches = batches[done_in_epoch * cfg.accum_steps:]
-        loader = DataLoader(train_ds, batch_sampler=batches, num_workers=cfg.workers)
-        it = iter(loader)
-        net.train()
-        last = min(steps_per_epoch, total - epoch * steps_per_epoch)  # a step budget may end early
-        bar = tqdm(range(done_in_epoch, last), disable=not show, leave=False,
-                   desc=f"epoch {epoch + 1}/{epochs}")
-        loss_sum, seen, start = 0.0, 0, time.perf_counter()
-        done_in_epoch_start = done_in_epoch
-        for in_epoch in bar:
-            lr = cosine_lr(step, total, warmup, base_lr, cfg.min_lr)
-            for group in opt.param_groups:
-                group["lr"] = lr * group.get("lr_scale", 1.0)
-            torch.manual_seed(sample_seed(cfg.seed + 1, epoch, step))  # dropout, mixing
-            opt.zero_grad(set_to_none=True)
-            step_loss = 0.0
-            for k in range(cfg.accum_steps):
-                x, y = next(it)
-                x, y = x.to(ctx.device), y.to(ctx.device)
-                target = y
-                if mixer is not None:
-                    x, target = mixer(x, y)
-                sync = k == cfg.accum_steps - 1 or ctx.world == 1
-                ctx_sync = net.no_sync() if not sync else contextlib.nullcontext()
-                with ctx_sync, autocast:
-                    if teacher is not None:
-                        cls_logits, dist_logits = forward(x, distill_heads=True)
-                        with torch.no_grad():
-                            teacher_logits = teacher(x)
-                        loss = distillation_loss(cls_logits.float(), dist_logits.float(),
-                                                 target, teacher_logits.float(), cfg.distill,
-                                                 cfg.distill_alpha, cfg.distill_tau,
-                                                 cfg.label_smoothing)
-                    else:
-                        loss = F.cross_entropy(forward(x).float(), target,
-                                               label_smoothing=cfg.label_smoothing)
-                    value = loss.item()  # one host sync per micro-step, used twice
-                    _check_finite(value, step, epoch, run_dir, lr, ctx)
-                    (loss / cfg.accum_steps).backward()
-                step_loss += value / cfg.accum_steps
-            if cfg.clip_grad > 0:
-                nn.utils.clip_grad_norm_(raw.parameters(), cfg.clip_grad)
-            opt.step()
-            if ema is not None:
-                _update_ema(ema, raw, cfg.ema_decay)
-            step += 1
-            seen += global_batch
-            loss_sum += step_loss
-            rate = seen / (time.perf_counter() - start)
-            bar.set_postfix(loss=f"{step_loss:.3f}", lr=f"{lr:.2e}", img_s=f"{rate:.0f}")
-            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 \
-                    and in_epoch + 1 < steps_per_epoch and ctx.main:
-                _save_state(run_dir / "state.pt", raw, opt, ema, dict(
-                    step=step, epoch=epoch, step_in_epoch=in_epoch + 1, best=best,
-                    history=history), cfg)
-        done_in_epoch = 0
-        if (epoch + 1) % max(1, cfg.eval_every) and epoch + 1 < epochs:
+
+def _loss(run: _Run, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The training loss of one micro-batch: cross-entropy, or DeiT's distillation loss."""
+    cfg = run.cfg
+    if run.teacher is None:
+        return F.cross_entropy(run.forward(x).float(), target,
+                               label_smoothing=cfg.label_smoothing)
+    cls_logits, dist_logits = run.forward(x, distill_heads=True)
+    with torch.no_grad():
+        teacher_logits = run.teacher(x)
+    return distillation_loss(cls_logits.float(), dist_logits.float(), target,
+                             teacher_logits.float(), cfg.distill, cfg.distill_alpha,
+                             cfg.distill_tau, cfg.label_smoothing)
+
+
+def _train_epoch(run: _Run, epoch: int) -> _EpochStats:
+    """The optimiser steps of ``epoch`` (from ``run.done_in_epoch`` on, after a resume)."""
+    cfg, ctx = run.cfg, run.ctx
+    run.train_ds.set_epoch(epoch)
+    batches = epoch_batches(len(run.train_ds), cfg.batch_size, cfg.seed, epoch, ctx.rank,
+                            ctx.world)[: run.steps_per_epoch * cfg.accum_steps]
+    batches = batches[run.done_in_epoch * cfg.accum_steps:]
+    it = iter(DataLoader(run.train_ds, batch_sampler=batches, num_workers=cfg.workers))
+    run.net.train()
+    last = min(run.steps_per_epoch, run.total - epoch * run.steps_per_epoch)  # a step budget
+    bar = tqdm(range(run.done_in_epoch, last), disable=not run.show, leave=False,
+               desc=f"epoch {epoch + 1}/{run.epochs}")
+    stats = _EpochStats(0.0, last - run.done_in_epoch, 0, time.perf_counter(), 0.0)
+    for in_epoch in bar:
+        lr = cosine_lr(run.step, run.total, run.warmup, run.base_lr, cfg.min_lr)
+        for group in run.opt.param_groups:
+            group["lr"] = lr * group.get("lr_scale", 1.0)
+        torch.manual_seed(sample_seed(cfg.seed + 1, epoch, run.step))  # dropout, mixing
+        run.opt.zero_grad(set_to_none=True)
+        step_loss = 0.0
+        for k in range(cfg.accum_steps):
+            x, y = next(it)
+            x, y = x.to(ctx.device), y.to(ctx.device)
+            target = y
+            if run.mixer is not None:
+                x, target = run.mixer(x, y)
+            sync = k == cfg.accum_steps - 1 or ctx.world == 1
+            with (contextlib.nullcontext() if sync else run.net.no_sync()), run.autocast:
+                loss = _loss(run, x, target)
+                value = loss.item()  # one host sync per micro-step, used twice
+                _check_finite(value, run.step, epoch, run.run_dir, lr, ctx)
+                (loss / cfg.accum_steps).backward()
+            step_loss += value / cfg.accum_steps
+        if cfg.clip_grad > 0:
+            nn.utils.clip_grad_norm_(run.raw.parameters(), cfg.clip_grad)
+        run.opt.step()
+        if run.ema is not None:
+            _update_ema(run.ema, run.raw, cfg.ema_decay)
+        run.step += 1
+        stats.seen += run.global_batch
+        stats.loss_sum += step_loss
+        stats.lr = lr
+        rate = stats.seen / (time.perf_counter() - stats.start)
+        bar.set_postfix(loss=f"{step_loss:.3f}", lr=f"{lr:.2e}", img_s=f"{rate:.0f}")
+        if cfg.checkpoint_every and run.step % cfg.checkpoint_every == 0 \
+                and in_epoch + 1 < run.steps_per_epoch and ctx.main:
+            _save_state(run.run_dir / "state.pt", run.raw, run.opt, run.ema, dict(
+                step=run.step, epoch=epoch, step_in_epoch=in_epoch + 1, best=run.best,
+                history=run.history), cfg)
+    run.done_in_epoch = 0
+    return stats
+
+
+def _evaluate_and_save(run: _Run, epoch: int, stats: _EpochStats) -> None:
+    """Validate after ``epoch``, log it, and write last/best checkpoints and ``state.pt``."""
+    ctx = run.ctx
+    metrics = evaluate(run.raw, run.val_loader, ctx.device, run.num_classes)
+    elapsed = time.perf_counter() - stats.start
+    row = {"epoch": epoch + 1, "step": run.step,
+           "train_loss": stats.loss_sum / max(1, stats.steps),
+           "val_loss": metrics["loss"], "val_top1": metrics["top1"], "val_top5": metrics["top5"],
+           "lr": stats.lr, "seconds": elapsed, "images_per_s": stats.seen / elapsed}
+    if run.ema is not None:
+        row["ema_top1"] = evaluate(run.ema, run.val_loader, ctx.device, run.num_classes)["top1"]
+    run.history.append(row)
+    score = max(row["val_top1"], row.get("ema_top1", -1.0))
+    if ctx.main:
+        ema_better = run.ema is not None and row.get("ema_top1", -1) > row["val_top1"]
+        save_model(run.raw, run.run_dir / "last.safetensors")
+        if score > run.best:
+            save_model(run.ema if ema_better else run.raw, run.run_dir / "best.safetensors")
+        _save_state(run.run_dir / "state.pt", run.raw, run.opt, run.ema, dict(
+            step=run.step, epoch=epoch + 1, step_in_epoch=0, best=max(run.best, score),
+            history=run.history), run.cfg)
+        run.log.epoch(row, run.history)
+    run.best = max(run.best, score)
+
+
+def _train(cfg: TrainConfig | None, resume, ctx, progress) -> RunResult:
+    run = _setup(cfg, resume, ctx, progress)
+    for epoch in range(run.start_epoch, run.epochs):
+        stats = _train_epoch(run, epoch)
+        if (epoch + 1) % max(1, run.cfg.eval_every) and epoch + 1 < run.epochs:
             continue  # not an evaluation epoch (the logged train loss is the eval epoch's)
-        metrics = evaluate(raw, val_loader, ctx.device, num_classes)
-        row = {"epoch": epoch + 1, "step": step,
-               "train_loss": loss_sum / max(1, last - done_in_epoch_start),
-               "val_loss": metrics["loss"],
-               "val_top1": metrics["top1"], "val_top5": metrics["top5"],
-               "lr": lr, "seconds": time.perf_counter() - start,
-               "images_per_s": seen / (time.perf_counter() - start)}
-        if ema is not None:
-            row["ema_top1"] = evaluate(ema, val_loader, ctx.device, num_classes)["top1"]
-        history.append(row)
-        score = max(row["val_top1"], row.get("ema_top1", -1.0))
-        if ctx.main:
-            keep = ema if ema is not None and row.get("ema_top1", -1) > row["val_top1"] else raw
-            save_model(raw, run_dir / "last.safetensors")
-            if score > best:
-                save_model(keep, run_dir / "best.safetensors")
-            _save_state(run_dir / "state.pt", raw, opt, ema, dict(
-                step=step, epoch=epoch + 1, step_in_epoch=0, best=max(best, score),
-                history=history), cfg)
-            log.epoch(row, history)
-        best = max(best, score)
-    log.close()
-    return RunResult(run_dir, best, history, len(train_split))
+        _evaluate_and_save(run, epoch, stats)
+    run.log.close()
+    return RunResult(run.run_dir, run.best, run.history, run.train_images)
 
 
 def _update_ema(ema: nn.Module, model: nn.Module, decay: float) -> None:

@@ -20,7 +20,7 @@ lint: $(STAMP)
 # The documentation site (MkDocs, material theme, API reference from the docstrings) in site/.
 # --strict: a broken link or a missing docstring reference is an error.
 docs: $(STAMP)
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 test: $(STAMP) lint docs
 	$(PY) -m pytest

@@ -225,3 +225,22 @@ def test_hf_pipeline_classifies_a_photo_like_vitkit(tmp_path):
     assert theirs[0]["label"] == max(ours, key=ours.get)
     for entry in theirs:
         assert abs(entry["score"] - ours[entry["label"]]) < 5e-3  # torchvision backend
+
+
+@pytest.mark.parametrize("failure", [
+    OSError(28, "No space left on device"),
+    RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 708864 vs 708752"),
+])
+def test_a_full_disk_is_named_and_the_old_file_kept(tiny, tmp_path, monkeypatch, failure):
+    path = vitkit.export(tiny, tmp_path / "m.pth", to="timm")
+    before = path.read_bytes()
+
+    def full(*args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr("torch.save", full)
+    with pytest.raises(vitkit.StorageError, match=r"no space left on the device while writing "
+                                                  r".*m.pth; m.pth keeps its previous content"):
+        vitkit.export(tiny, path, to="timm")
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["m.pth"]

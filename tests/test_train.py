@@ -170,9 +170,19 @@ def test_killed_mid_epoch_and_resumed_matches_an_uninterrupted_run(tmp_path):
     proc.wait()
     saved = torch.load(state, weights_only=True)
     assert saved["epoch"] == 0 and 0 < saved["step_in_epoch"]  # killed mid-epoch 1
+    stale = tmp_path / "killed" / ".state.pt.k1ll3d.pt"  # what a kill mid-write leaves
+    stale.write_bytes(b"")
     resumed = cli("train", "--resume", str(tmp_path / "killed"))
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed at epoch 1" in resumed.stderr
+    assert not stale.exists()
+    # the resumed epoch's logged loss covers its steps before the kill too
+    assert (tmp_path / "whole" / "metrics.csv").read_text().splitlines()[1].split(",")[:3] == \
+        (tmp_path / "killed" / "metrics.csv").read_text().splitlines()[1].split(",")[:3]
+    umask = os.umask(0)
+    os.umask(umask)
+    for f in ("last.safetensors", "state.pt", "config.yaml", "metrics.csv"):
+        assert (tmp_path / "killed" / f).stat().st_mode & 0o777 == 0o666 & ~umask, f
     a, b = weights(tmp_path / "whole" / "last.safetensors"), \
         weights(tmp_path / "killed" / "last.safetensors")
     assert a.keys() == b.keys()

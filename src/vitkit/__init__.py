@@ -1,7 +1,8 @@
 """vitkit: Vision Transformers you can build exactly, load from anywhere and look inside."""
 
 from vitkit import explain
-from vitkit.checkpoints import CheckpointError, convert, export, load_model, save_model
+from vitkit.checkpoints import convert, export, load_model, save_model
+from vitkit.errors import CheckpointError, ConfigError, DataError, StorageError, VitkitError
 from vitkit.models import (
     VisionTransformer,
     ViTConfig,
@@ -12,6 +13,7 @@ from vitkit.models import (
 
 __version__ = "0.1.0"
 __all__ = [
-    "CheckpointError", "VisionTransformer", "ViTConfig", "convert", "create_model", "explain",
-    "export", "interpolate_pos_embed", "list_models", "load_model", "save_model",
+    "CheckpointError", "ConfigError", "DataError", "StorageError", "VisionTransformer",
+    "ViTConfig", "VitkitError", "convert", "create_model", "explain", "export",
+    "interpolate_pos_embed", "list_models", "load_model", "save_model",
 ]

@@ -4,8 +4,11 @@ chosen command and turns a user's mistake into a message (exit code 2), never a 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import logging
 import sys
+import traceback
 
 import vitkit
 from vitkit import commands
@@ -29,6 +32,25 @@ def setup_logging(level: int = logging.INFO) -> None:
     logger.setLevel(level)
 
 
+def describe_os_error(err: OSError) -> str:
+    """One line for an operating-system error: what failed, where, and what to do."""
+    where = err.filename or "a file"
+    if err.errno == errno.ENOSPC:
+        return (f"no space left on the device while writing {where}; files written before are "
+                "intact (writes are atomic: a run's last good checkpoint stays). Free some "
+                "space and run again (a training run continues with --resume RUN_FOLDER)")
+    if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return (f"cannot write or read {where}: {err.strerror.lower()}. Choose a place you can "
+                "write to (e.g. --out in your home folder), or fix the permissions")
+    if err.errno == errno.ENOENT:
+        return f"no such file or folder: {where}"
+    if err.errno == errno.EISDIR:
+        return f"{where} is a folder where a file was expected"
+    if err.errno == errno.ENOTDIR:
+        return f"{where} is a file where a folder was expected"
+    return f"{err.strerror or err} ({where})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vitkit", description="Vision Transformers: build, inspect, load, train, explain."
@@ -36,22 +58,51 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"vitkit {vitkit.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in commands.COMMANDS:
-        module = commands.load(name)
+        try:
+            module = commands.load(name)
+        except ImportError as err:  # an extra is not installed: say which, when it is used
+            p = sub.add_parser(name, help=f"(needs an extra: {err.name} is not installed)")
+            p.add_argument("rest", nargs=argparse.REMAINDER)
+            p.set_defaults(run=_missing_extra(name, err))
+            continue
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.DESCRIPTION)
         module.add_arguments(p)
         p.set_defaults(run=module.run)
     return parser
 
 
+def _missing_extra(command: str, err: ImportError):
+    def run(args: argparse.Namespace) -> int:
+        print(f"vitkit {command}: error: this command needs {err.name}, which is not "
+              "installed; install the extras with: pip install 'vitkit[train,viz]'",
+              file=sys.stderr)
+        return 2
+
+    return run
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging()
+    for stream in (sys.stdout, sys.stderr):  # file names that are not UTF-8 still print
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")
     try:
-        args.run(args)
-    except ValueError as err:  # bad input from the user: the message says what to do
+        return args.run(args) or 0
+    except ValueError as err:  # bad input from the user (VitkitError and the like)
         print(f"vitkit {args.command}: error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    except OSError as err:  # the user's files and disks: missing, not writable, full
+        print(f"vitkit {args.command}: error: {describe_os_error(err)}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"vitkit {args.command}: interrupted; files already written are complete "
+              "(every write is atomic)", file=sys.stderr)
+        return 130
+    except Exception:  # a bug in vitkit: show everything, and ask for a report
+        traceback.print_exc()
+        print(f"vitkit {args.command}: this is a bug in vitkit {vitkit.__version__}; please "
+              "report it with the command you ran and the traceback above", file=sys.stderr)
+        return 1
+    return 2
 
 
 if __name__ == "__main__":

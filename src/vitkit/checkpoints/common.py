@@ -9,14 +9,15 @@ from pathlib import Path
 
 import torch
 
+from vitkit.errors import CheckpointError
 from vitkit.models.pos_embed import to_grid
 from vitkit.models.registry import VARIANTS
 
 StateDict = dict[str, torch.Tensor]
+__all__ = ["Checkpoint", "CheckpointError", "StateDict", "cnn_refusal", "infer_grid",
+           "infer_num_heads", "refuse", "strip_prefix"]
 
 
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be read or does not fit; the message says what to do."""
 
 
 @dataclass

@@ -76,6 +76,12 @@ def _read_torch(path: Path) -> StateDict:
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
+        if not _looks_like_pickle(path) and "global" not in str(err).lower():
+            raise CheckpointError(
+                f"{path} ({os.path.getsize(path):,} bytes) is not a valid checkpoint: it is "
+                "neither a PyTorch file nor a pickle of tensors (truncated, corrupt, or another "
+                "kind of file). Download or copy it again."
+            ) from err
         raise CheckpointError(
             f"refused {path}: loading it would execute code stored in the file (a pickle that "
             f"needs more than tensors and plain containers). vitkit loads with "
@@ -83,12 +89,19 @@ def _read_torch(path: Path) -> StateDict:
             f"tensors where it was made: safetensors.torch.save_file(state_dict, "
             f"'model.safetensors')."
         ) from err
-    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as err:
+    except (RuntimeError, EOFError, KeyError, zipfile.BadZipFile, ValueError) as err:
         raise CheckpointError(
             f"cannot read {path} ({os.path.getsize(path):,} bytes): the file is truncated or "
             f"corrupt, or not a PyTorch checkpoint ({err}). Download or copy it again."
         ) from err
     return _unwrap(obj, path)
+
+
+def _looks_like_pickle(path: Path) -> bool:
+    """A PyTorch zip archive, or a raw pickle (PROTO opcode 0x80 and a protocol 2-5)."""
+    with open(path, "rb") as f:
+        head = f.read(2)
+    return head == b"PK" or (len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5)
 
 
 def _unwrap(obj, path: Path) -> StateDict:
@@ -258,6 +271,8 @@ def load_model(
     ``pre_logits=False`` drops a pre-logits / pooler layer (JAX, torchvision, HF ``ViTModel``);
     ``num_heads`` overrides the head count where the weights cannot tell (timm, torchvision).
     """
+    if num_classes is not None and num_classes < 0:
+        raise CheckpointError(f"num_classes must be 0 (no head) or more, got {num_classes}")
     ckpt = read_checkpoint(source)
     fmt = detect_format(ckpt)
     notes: list[str] = []

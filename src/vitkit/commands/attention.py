@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import torch
 
 from vitkit.checkpoints import load_model
 from vitkit.commands.options import head as head_option
-from vitkit.data.images import load_image, preprocessing
+from vitkit.data.images import find_images, load_image, preprocessing
+from vitkit.errors import ImageError, VitkitError
 from vitkit.explain.attention import cls_attention
 from vitkit.explain.methods import METHODS, explain_map, without_cls
 from vitkit.explain.metrics import deletion_insertion, random_maps
@@ -30,9 +32,10 @@ class ImageReport:
     """What was found and written for one image."""
 
     path: Path
-    top: list[tuple[str, float]]  # (class name, probability), best first
+    top: list[tuple[str, float]] = field(default_factory=list)  # (class name, probability)
     files: list[Path] = field(default_factory=list)
     faithfulness: dict[str, dict[str, float]] = field(default_factory=dict)
+    error: str | None = None  # why this image could not be explained (the others still are)
 
 
 def _class_name(model, index: int) -> str:
@@ -43,14 +46,30 @@ def _class_name(model, index: int) -> str:
 def explain_images(model, images: list[str | os.PathLike], out_dir: str | os.PathLike,
                    method: str = "rollout", layer: int = -1, head: int | str | None = None,
                    faithfulness: bool = False, top_k: int = 5) -> list[ImageReport]:
-    """For each image: top-k prediction, per-head [CLS] maps of ``layer``, a layers x heads
-    mosaic, ``method``'s map beside the per-head ones (PNG), and the raw maps (``.npy``).
+    """For each image (files, or folders searched for images): top-k prediction, per-head
+    [CLS] maps of ``layer``, a layers x heads mosaic, ``method``'s map beside the per-head ones
+    (PNG), and the raw maps (``.npy``).
 
     ``head`` picks one head (or "mean"/"max"/"min") for the single ``cls`` map; the per-head
     figures always show every head. A model that pools by average has no [CLS] maps: the
     [CLS] figures are skipped and ``method="cls"`` is an error naming the methods that apply.
+    An image that cannot be read gets a report with its ``error``; the others go on.
     """
+    if not hasattr(model, "blocks"):
+        raise VitkitError(f"attention maps need a ViT; this checkpoint is a CNN "
+                          f"({model.cfg.arch}). Use `vitkit predict` for its predictions.")
+    if top_k < 1:
+        raise VitkitError(f"--top-k must be 1 or more, got {top_k}")
+    if not -model.cfg.depth <= layer < model.cfg.depth:
+        raise VitkitError(f"--layer {layer} does not exist: the model has {model.cfg.depth} "
+                          f"layers (0..{model.cfg.depth - 1}, or -1 for the last)")
+    if isinstance(head, int) and not -model.cfg.num_heads <= head < model.cfg.num_heads:
+        raise VitkitError(f"--head {head} does not exist: the model has {model.cfg.num_heads} "
+                          "heads per layer; or use mean, max or min")
+    files = find_images(images)
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise VitkitError(f"--out {out} is a file; give a folder for the figures and maps")
     out.mkdir(parents=True, exist_ok=True)
     has_cls = model.cfg.pool == "cls"
     if method == "cls" and not has_cls:
@@ -58,9 +77,12 @@ def explain_images(model, images: list[str | os.PathLike], out_dir: str | os.Pat
                          f"apply: {', '.join(without_cls())}")
     size, mean, std = preprocessing(model)
     reports = []
-    for path in images:
-        path = Path(path)
-        x, picture = load_image(path, size, mean, std)
+    for path in files:
+        try:
+            x, picture = load_image(path, size, mean, std)
+        except ImageError as err:
+            reports.append(ImageReport(path, error=str(err)))
+            continue
         x = x[None]  # (1, 3, H, W)
         with torch.no_grad():
             logits, maps = model(x, return_attn=True)
@@ -107,7 +129,7 @@ def explain_images(model, images: list[str | os.PathLike], out_dir: str | os.Pat
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("images", nargs="+", help="image files (any format PIL reads)")
+    p.add_argument("images", nargs="+", help="image files (any format PIL reads) or folders")
     p.add_argument("--checkpoint", required=True, help="any checkpoint vitkit loads")
     p.add_argument("--layer", type=int, default=-1, help="layer of the per-head figure (-1: last)")
     p.add_argument("--head", type=head_option, default=None,
@@ -122,11 +144,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="folder for the figures and .npy maps")
 
 
-def run(args: argparse.Namespace) -> None:
+def run(args: argparse.Namespace) -> int:
     model = load_model(args.checkpoint)
     reports = explain_images(model, args.images, args.out, method=args.method, layer=args.layer,
                              head=args.head, faithfulness=args.faithfulness, top_k=args.top_k)
     for r in reports:
+        if r.error:
+            print(f"{r.path}: skipped: {r.error}", file=sys.stderr)
+            continue
         print(f"{r.path}:")
         for rank, (name, p) in enumerate(r.top, 1):
             print(f"  {rank}. {name}  {p:.3f}")
@@ -134,3 +159,9 @@ def run(args: argparse.Namespace) -> None:
             print(f"  faithfulness {name:<12} deletion AUC {scores['deletion_auc']:.3f}  "
                   f"insertion AUC {scores['insertion_auc']:.3f}")
         print("  wrote " + ", ".join(str(f) for f in r.files))
+    failed = sum(r.error is not None for r in reports)
+    if failed == len(reports):
+        print(f"vitkit attention: error: none of the {failed} images could be read",
+              file=sys.stderr)
+        return 2
+    return 0

@@ -127,6 +127,12 @@ def bench(name: str, batch: int = 8, img_size: int | None = None, train: bool = 
         raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
     if train and attn:
         raise ValueError("--attn times inference with maps; drop --train or --attn")
+    for flag, value, least in (("--batch", batch, 1), ("--steps", steps, 1),
+                               ("--warmup", warmup, 0)):
+        if value < least:
+            raise ValueError(f"{flag} must be {least} or more, got {value}")
+    if img_size is not None and img_size < 1:
+        raise ValueError(f"--img-size must be a positive number of pixels, got {img_size}")
     overrides = {"img_size": img_size} if img_size else {}
     model = create_model(name, **overrides).to(dev)
     size = model.cfg.img_size

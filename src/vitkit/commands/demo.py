@@ -20,6 +20,7 @@ from vitkit import explain
 from vitkit.checkpoints.io import load_model
 from vitkit.data.digits import cluttered_digits
 from vitkit.data.images import load_image, preprocessing
+from vitkit.errors import ConfigError
 from vitkit.models.cost import flop_model
 from vitkit.train.config import resolve
 from vitkit.train.trainer import train
@@ -77,6 +78,10 @@ def _examples(opts: DemoOptions, vit):
 
 
 def run_demo(opts: DemoOptions, say=print) -> Path:
+    for name in ("img_size", "vit_steps", "cnn_steps", "images", "batch_size", "data_size"):
+        if getattr(opts, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be 1 or more, got "
+                              f"{getattr(opts, name)}")
     out = Path(opts.out)
     base = dict(data=opts.data, img_size=opts.img_size, data_size=opts.data_size,
                 batch_size=opts.batch_size, lr=8e-3, label_smoothing=0.1, warmup_epochs=0.5,

@@ -7,32 +7,18 @@ import argparse
 import csv
 import json
 import os
+import sys
 from pathlib import Path
 
 import torch
 
 from vitkit.checkpoints.io import atomic_write, load_model
-from vitkit.data.datasets import IMAGE_SUFFIXES
-from vitkit.data.images import load_image, preprocessing
+from vitkit.data.images import find_images, load_image, preprocessing
+from vitkit.errors import ImageError, VitkitError
 
 NAME = "predict"
 HELP = "top-k classes for image files or folders"
 DESCRIPTION = "Top-k classes for each image; --out writes CSV or JSON."
-
-
-def _image_files(inputs: list[str | os.PathLike]) -> list[Path]:
-    files = []
-    for item in inputs:
-        p = Path(item)
-        if p.is_dir():
-            files += sorted(f for f in p.rglob("*") if f.suffix.lower() in IMAGE_SUFFIXES)
-        elif p.exists():
-            files.append(p)
-        else:
-            raise ValueError(f"no such image or folder: {p}")
-    if not files:
-        raise ValueError(f"no images found in {', '.join(map(str, inputs))}")
-    return files
 
 
 @torch.no_grad()
@@ -40,14 +26,21 @@ def predict(checkpoint: str | os.PathLike, inputs: list[str | os.PathLike], top_
             out: str | os.PathLike | None = None) -> list[dict]:
     """Top-k classes for each image file (folders are searched); unreadable files are
     reported with their error instead of stopping the run. ``out``: ``.csv`` or ``.json``."""
+    if top_k < 1:
+        raise VitkitError(f"--top-k must be 1 or more, got {top_k}")
+    if out is not None and Path(out).suffix not in (".csv", ".json"):
+        raise VitkitError(f"--out must end in .csv or .json, got {Path(out).name!r}")
+    if out is not None and Path(out).is_dir():
+        raise VitkitError(f"--out {out} is a folder; give a file name ending in .csv or .json")
+    files = find_images(inputs)
     model = load_model(checkpoint)
     size, mean, std = preprocessing(model)
     names = model.cfg.extra.get("class_names") or [str(i) for i in range(model.num_classes)]
     rows = []
-    for path in _image_files(inputs):
+    for path in files:
         try:
             x, _ = load_image(path, size, mean, std)
-        except ValueError as err:
+        except ImageError as err:
             rows.append({"image": str(path), "error": str(err)})
             continue
         probs = model(x[None]).softmax(-1)[0]
@@ -64,13 +57,11 @@ def _write_predictions(out: Path, rows: list[dict], top_k: int) -> None:
     if out.suffix == ".json":
         atomic_write(out, lambda tmp: tmp.write_text(json.dumps(rows, indent=2) + "\n"))
         return
-    if out.suffix != ".csv":
-        raise ValueError(f"--out must end in .csv or .json, got {out.name!r}")
     header = ["image"] + [f"{k}{i}" for i in range(1, top_k + 1) for k in ("class", "prob")]
     header.append("error")
 
     def write(tmp: Path) -> None:
-        with open(tmp, "w", newline="") as f:
+        with open(tmp, "w", newline="", encoding="utf-8", errors="backslashreplace") as f:
             w = csv.writer(f)
             w.writerow(header)
             for r in rows:
@@ -90,12 +81,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="predictions.csv or predictions.json")
 
 
-def run(args: argparse.Namespace) -> None:
-    for r in predict(args.checkpoint, args.inputs, top_k=args.top_k, out=args.out):
+def run(args: argparse.Namespace) -> int:
+    rows = predict(args.checkpoint, args.inputs, top_k=args.top_k, out=args.out)
+    for r in rows:
         if "error" in r:
-            print(f"{r['image']}: {r['error']}")
+            print(f"{r['image']}: skipped: {r['error']}", file=sys.stderr)
         else:
             best = ", ".join(f"{t['class']} {t['probability']:.3f}" for t in r["top"])
             print(f"{r['image']}: {best}")
     if args.out:
         print(f"wrote {args.out}")
+    failed = sum("error" in r for r in rows)
+    if failed == len(rows):
+        print(f"vitkit predict: error: none of the {failed} images could be read",
+              file=sys.stderr)
+        return 2
+    return 0

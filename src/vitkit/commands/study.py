@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vitkit.checkpoints.io import atomic_write, load_model
+from vitkit.errors import ConfigError
 from vitkit.models.cost import flop_model
 from vitkit.train.config import resolve
 from vitkit.train.runlog import write_csv
@@ -55,6 +56,18 @@ class StudyOptions:
     out: str = "runs/study"
 
 
+def _check(opts: StudyOptions) -> None:
+    """Refuse options that would train nothing, before anything runs."""
+    for name in ("seeds", "steps", "batch_size", "img_size"):
+        if getattr(opts, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be 1 or more, got "
+                              f"{getattr(opts, name)}")
+    if not opts.fractions or not all(0 < f <= 1 for f in opts.fractions):
+        raise ConfigError(f"--fractions must be shares in (0, 1], got {list(opts.fractions)}")
+    if not opts.patch_sizes or min(opts.patch_sizes) < 1:
+        raise ConfigError(f"--patch-sizes must be 1 or more, got {list(opts.patch_sizes)}")
+
+
 def _base(opts: StudyOptions) -> dict:
     return dict(data=opts.data, img_size=opts.img_size, model=opts.vit, steps=opts.steps,
                 batch_size=opts.batch_size, lr=opts.lr, warmup_epochs=0.0, out=opts.out,
@@ -63,6 +76,7 @@ def _base(opts: StudyOptions) -> dict:
 
 def run_data_study(opts: StudyOptions, say: Callable[[str], None] = print) -> list[dict]:
     """Every arm at every fraction and seed; the CNN first, as the distilled ViT's teacher."""
+    _check(opts)
     rows = []
     for seed in range(opts.seeds):
         for fraction in opts.fractions:
@@ -167,6 +181,7 @@ def write_data_report(rows: list[dict], opts: StudyOptions, out: Path) -> dict[s
 
 def run_patch_study(opts: StudyOptions, say: Callable[[str], None] = print) -> list[dict]:
     """One ViT per (patch size, image size) on the full data, same steps: accuracy vs FLOPs."""
+    _check(opts)
     rows = []
     for img in opts.img_sizes or (opts.img_size,):
         for patch in opts.patch_sizes:

@@ -4,8 +4,10 @@ and a recipe (flags override the file, which overrides the recipe)."""
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import fields
 
+from vitkit.errors import ConfigError
 from vitkit.train.config import TrainConfig, field_types, resolve
 from vitkit.train.trainer import train
 
@@ -38,10 +40,13 @@ def run(args: argparse.Namespace) -> None:
     overrides = {k: v for k, v in vars(args).items()
                  if k not in ("command", "run", "config", "resume")}
     if args.resume:
-        if overrides:
-            raise ValueError("--resume continues a run exactly as it was configured; drop "
-                             f"the other options ({', '.join(sorted(overrides))})")
+        given = sorted(overrides) + (["config"] if args.config else [])
+        if given:
+            raise ConfigError("--resume continues a run exactly as it was configured (its "
+                              "config.yaml); drop the other options "
+                              f"({', '.join('--' + g.replace('_', '-') for g in given)})")
         result = train(None, resume=args.resume)
     else:
         result = train(resolve(overrides, args.config))
-    print(f"best validation top-1 {result.best_top1:.4f}; run folder {result.run_dir}")
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one closing line
+        print(f"best validation top-1 {result.best_top1:.4f}; run folder {result.run_dir}")

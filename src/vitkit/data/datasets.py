@@ -17,16 +17,12 @@ import torch
 from PIL import Image
 
 from vitkit.data.digits import cluttered_digits, digits_split
-from vitkit.data.images import to_rgb
+from vitkit.data.images import IMAGE_SUFFIXES, to_rgb
+from vitkit.errors import DataError
 
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm",
-                  ".pgm"}
 DATASETS = ("digits", "digits:CLASSES", "cluttered-digits", "imagefolder:PATH", "cifar10",
             "cifar100")
-
-
-class DataError(ValueError):
-    """Data that cannot be trained on; the message says what was found and what to do."""
+__all__ = ["DATASETS", "IMAGE_SUFFIXES", "DataError", "Split", "load_split"]
 
 
 @dataclass
@@ -138,6 +134,13 @@ def _cifar(name: str, split: str, root: str, download: bool) -> Split:
     folder = "cifar-10-batches-py" if name == "cifar10" else "cifar-100-python"
     try:
         ds = cls(root=root, train=split == "train", download=download)
+    except OSError as err:  # urllib's URLError and socket errors: no network
+        raise DataError(
+            f"downloading {name} failed ({err}). Without a network, put the extracted "
+            f"'{folder}' folder (the python version, from "
+            f"https://www.cs.toronto.edu/~kriz/cifar.html) in {Path(root).resolve()} and run "
+            "again without --download"
+        ) from err
     except RuntimeError as err:
         raise DataError(
             f"{name} is not in {root}: put the extracted '{folder}' folder there (from the "

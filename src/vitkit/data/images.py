@@ -6,12 +6,18 @@ command uses (``predict``, ``attention``, ``eval`` and validation during trainin
 from __future__ import annotations
 
 import os
+import warnings
+from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
 
+from vitkit.errors import DataError, ImageError
+
 DEFAULT_MEAN = DEFAULT_STD = (0.5, 0.5, 0.5)  # the original ViT / JAX preprocessing
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm",
+                  ".pgm"}
 
 
 def to_rgb(img: Image.Image) -> Image.Image:
@@ -79,12 +85,38 @@ def load_image(path: str | os.PathLike, size: tuple[int, int],
     """Image file -> (normalised tensor (3, H, W), the RGB picture (H, W, 3) in [0, 1]), resized
     to cover ``size`` and centre-cropped (the aspect ratio is kept).
 
-    Raises ``ValueError`` naming the file when PIL cannot read it.
+    Raises :class:`~vitkit.errors.ImageError` naming the file when it cannot be read: not an
+    image, truncated, a folder, or larger than Pillow's decompression-bomb limit
+    (``Image.MAX_IMAGE_PIXELS``; the warning Pillow gives below twice that is an error here).
     """
     try:
-        with Image.open(path) as img:
-            img.load()
-            rgb = to_rgb(img)
-    except (OSError, SyntaxError) as err:
-        raise ValueError(f"cannot read image {path}: {err}") from err
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as img:
+                img.load()
+                rgb = to_rgb(img)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
+        raise ImageError(f"refused image {path}: it is too large to decode safely ({err})") \
+            from err
+    except (OSError, SyntaxError, ValueError) as err:
+        raise ImageError(f"cannot read image {path}: {err}") from err
     return preprocess(rgb, size, mean, std)
+
+
+def find_images(inputs: list[str | os.PathLike]) -> list[Path]:
+    """The files named in ``inputs`` and the images inside the folders named (recursively,
+    sorted). A name that does not exist stays in the list: reading it reports the error for that
+    name alone, so one bad name never spoils a batch. Nothing at all to read is a
+    :class:`~vitkit.errors.DataError`."""
+    files: list[Path] = []
+    for item in inputs:
+        p = Path(item)
+        if p.is_dir():
+            files += sorted(f for f in p.rglob("*")
+                            if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES)
+        else:
+            files.append(p)
+    if not files:
+        raise DataError(f"no images found in {', '.join(map(str, inputs))}: expected image "
+                        f"files or folders holding them ({', '.join(sorted(IMAGE_SUFFIXES))})")
+    return files

@@ -63,6 +63,9 @@ class ViTConfig:
             raise ValueError("a distilled (DeiT) model has no pre-logits layer; set pre_logits=0")
         if self.fc_norm and self.pool != "avg":
             raise ValueError("fc_norm=True applies to pool='avg' only")
+        for name in ("num_classes", "pre_logits", "num_reg_tokens"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
         if self.embed_dim % self.num_heads:
             raise ValueError(
                 f"embed_dim {self.embed_dim} must be divisible by num_heads {self.num_heads}"

@@ -7,10 +7,13 @@ then flags given on the command line. The effective configuration is saved with 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import yaml
+
+from vitkit.errors import ConfigError
 
 
 @dataclass
@@ -95,36 +98,134 @@ def field_types() -> dict[str, type]:
     return out
 
 
-def resolve(overrides: dict, config_file: str | None = None) -> TrainConfig:
-    """Defaults < recipe < YAML file < ``overrides`` (the flags the user gave)."""
-    from_file: dict = {}
-    if config_file:
-        loaded = yaml.safe_load(Path(config_file).read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{config_file} must hold a mapping of option: value")
-        from_file = {k.replace("-", "_"): v for k, v in loaded.items()}
+# Lower bounds of numeric options (inclusive); everything else numeric may be any number >= 0.
+_AT_LEAST_ONE = ("img_size", "epochs", "batch_size", "accum_steps", "data_size", "eval_every")
+_FRACTIONS = ("data_fraction", "val_fraction", "mix_switch_prob", "random_erasing",
+              "drop_path", "crop_scale", "distill_alpha")
+
+
+def _convert(key: str, value, kind: type, where: str):
+    """``value`` as option ``key``'s type; a :class:`ConfigError` naming both otherwise."""
+    def bad(expected: str) -> ConfigError:
+        return ConfigError(f"{where}: {key} = {value!r} is not {expected}; e.g. "
+                           f"{key.replace('_', '-')}: {_example(kind)}")
+
+    if value is None:
+        if kind is str:  # optional text options (init, teacher, distill, name)
+            return None
+        raise bad(_expected(kind))
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no"):
+            return value.lower() in ("true", "yes")
+        raise bad("true or false")
+    if kind is int:
+        if isinstance(value, bool):
+            raise bad("a whole number")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
+        raise bad("a whole number")
+    if kind is float:
+        if isinstance(value, bool):
+            raise bad("a number")
+        try:
+            return float(value)  # PyYAML reads 5e-4 (no dot) as the string "5e-4"
+        except (TypeError, ValueError):
+            raise bad("a number") from None
+    if kind is tuple:
+        if not isinstance(value, (list, tuple)) or len(value) != 3:
+            raise bad("a list of three numbers")
+        return tuple(_convert(key, v, float, where) for v in value)
+    if not isinstance(value, str):
+        raise bad("text")
+    return value
+
+
+def _expected(kind: type) -> str:
+    return {bool: "true or false", int: "a whole number", float: "a number",
+            tuple: "a list of three numbers"}.get(kind, "text")
+
+
+def _example(kind: type) -> str:
+    return {bool: "true", int: "3", float: "5.0e-4", tuple: "[0.5, 0.5, 0.5]"}.get(kind, "name")
+
+
+def read_config_file(config_file: str | os.PathLike) -> dict:
+    """The options in a YAML file, names normalised (``batch-size`` -> ``batch_size``)."""
+    path = Path(config_file)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist" if not path.exists() else
+                          f"config {path} is a folder; expected a YAML file of option: value")
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {err}".replace("\n", " ")) from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path} is not a text file ({err})") from err
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path} must hold a mapping of option: value, got "
+                          f"{type(loaded).__name__}")
+    return {str(k).replace("-", "_"): v for k, v in loaded.items()}
+
+
+def resolve(overrides: dict, config_file: str | os.PathLike | None = None) -> TrainConfig:
+    """Defaults < recipe < YAML file < ``overrides`` (the flags the user gave).
+
+    Every value is checked against its option's type (and converted where YAML read a number as
+    text, e.g. ``lr: 5e-4``) before anything is loaded; a wrong name, type or range is a
+    :class:`~vitkit.errors.ConfigError` naming the key, the value and what was expected.
+    """
+    from_file = read_config_file(config_file) if config_file else {}
     names = {f.name for f in fields(TrainConfig)}
     unknown = sorted((set(from_file) | set(overrides)) - names)
     if unknown:
-        raise ValueError(f"unknown training option(s): {', '.join(unknown)}; see "
-                         "`vitkit train --help`")
+        where = f"in {config_file}" if set(unknown) & set(from_file) else "given"
+        raise ConfigError(f"unknown training option(s) {where}: {', '.join(unknown)}; see "
+                          "`vitkit train --help` for the names")
+    types = field_types()
+    from_file = {k: _convert(k, v, types[k], str(config_file)) for k, v in from_file.items()}
+    overrides = {k: _convert(k, v, types[k], "option") for k, v in overrides.items()}
     recipe = overrides.get("recipe", from_file.get("recipe", "plain"))
     if recipe not in RECIPES:
-        raise ValueError(f"unknown recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
+        raise ConfigError(f"unknown recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
     merged = {**RECIPES[recipe], **from_file, **overrides, "recipe": recipe}
-    for key in ("mean", "std"):
-        if key in merged:
-            merged[key] = tuple(float(v) for v in merged[key])
     cfg = TrainConfig(**merged)
+    _check_ranges(cfg)
     if cfg.distill not in (None, "hard", "soft"):
-        raise ValueError(f"distill must be 'hard' or 'soft', got {cfg.distill!r}")
+        raise ConfigError(f"distill must be 'hard' or 'soft', got {cfg.distill!r}")
     if cfg.distill and not cfg.teacher:
-        raise ValueError("distillation needs --teacher (a checkpoint of a trained CNN or ViT)")
+        raise ConfigError("distillation needs --teacher (a checkpoint of a trained CNN or ViT)")
     return cfg
 
 
+def _check_ranges(cfg: TrainConfig) -> None:
+    for f in fields(TrainConfig):
+        value = getattr(cfg, f.name)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        if f.name in _AT_LEAST_ONE and value < 1:
+            raise ConfigError(f"{f.name} must be 1 or more, got {value}")
+        if f.name in _FRACTIONS and not 0 <= value <= 1:
+            raise ConfigError(f"{f.name} must be between 0 and 1, got {value}")
+        if value < 0:
+            raise ConfigError(f"{f.name} must not be negative, got {value}")
+    if cfg.data_fraction == 0:
+        raise ConfigError("data_fraction must be more than 0 (a share of the training split)")
+
+
 def save(cfg: TrainConfig, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    from vitkit.checkpoints.writing import atomic_write
+
+    text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+    atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 def load(path: str | Path) -> TrainConfig:

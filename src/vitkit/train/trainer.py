@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import math
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -26,8 +28,10 @@ from torchvision.transforms import v2
 from tqdm import tqdm
 
 from vitkit.checkpoints.io import atomic_write, load_model, save_model
+from vitkit.checkpoints.writing import remove_stale_temporaries
 from vitkit.data.datasets import load_split
 from vitkit.data.transforms import Transformed, eval_transform, sample_seed, train_transform
+from vitkit.errors import CheckpointError, ConfigError
 from vitkit.models.cnn import create_cnn, is_cnn
 from vitkit.models.registry import create_model
 from vitkit.train import config as config_io
@@ -35,6 +39,8 @@ from vitkit.train import distributed
 from vitkit.train.config import TrainConfig
 from vitkit.train.distill import distillation_loss
 from vitkit.train.runlog import RunLog
+
+logger = logging.getLogger("vitkit")
 
 
 def cosine_lr(step: int, total: int, warmup: int, base: float, floor: float = 0.0) -> float:
@@ -63,7 +69,7 @@ def build_model(cfg: TrainConfig, num_classes: int, class_names: list[str]) -> n
     if cfg.init:
         model = load_model(cfg.init, num_classes=num_classes, img_size=cfg.img_size)
         if cfg.distill and not getattr(model.cfg, "distilled", False):
-            raise ValueError("distillation needs a distilled student (a distillation token); "
+            raise ConfigError("distillation needs a distilled student (a distillation token); "
                              "--init a distilled checkpoint or train one from scratch")
         blocks = list(getattr(model, "blocks", []))
         for i, block in enumerate(blocks):  # stochastic depth rising linearly, as from scratch
@@ -188,13 +194,52 @@ def train(cfg: TrainConfig | None, resume: str | Path | None = None,
           progress: bool | None = None) -> RunResult:
     """Train as ``cfg`` says; with ``resume`` (a run folder), continue that run exactly."""
     if cfg is None and resume is None:
-        raise ValueError("train() needs a config or a run folder to resume")
+        raise ConfigError("train() needs a config or a run folder to resume")
+    if resume is not None:
+        cfg = None
+        _check_resumable(Path(resume))
     device = cfg.device if cfg is not None else config_io.load(Path(resume) / "config.yaml").device
     ctx = distributed.setup(device)
+    run_dir = _run_dir(cfg, resume)
+    existed = run_dir.exists()
     try:
         return _train(cfg, resume, ctx, progress)
+    except BaseException:
+        if not existed and ctx.main:
+            _remove_if_empty_run(run_dir)
+        raise
     finally:
         distributed.cleanup()
+
+
+def _check_resumable(run_dir: Path) -> None:
+    """A clear error unless ``run_dir`` is a run folder with its config and a readable state."""
+    if not run_dir.is_dir():
+        raise ConfigError(f"--resume {run_dir}: no such run folder" if not run_dir.exists() else
+                          f"--resume {run_dir} is a file; give the run folder that holds "
+                          "config.yaml and state.pt")
+    missing = [n for n in ("config.yaml", "state.pt") if not (run_dir / n).is_file()]
+    if missing:
+        raise ConfigError(f"nothing to resume in {run_dir}: no {' or '.join(missing)} (the run "
+                          "saved no checkpoint yet); start it again without --resume")
+
+
+def _load_state(path: Path) -> dict:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises several types for a damaged archive
+        last = path.parent / "last.safetensors"
+        rescue = (f" {last} is intact: continue from its weights with --init {last} (a new "
+                  "run, fresh optimiser and schedule)." if last.exists() else "")
+        raise CheckpointError(f"{path} is damaged and cannot be resumed ({type(err).__name__}: "
+                              f"{str(err)[:200]}).{rescue}") from err
+
+
+def _remove_if_empty_run(run_dir: Path) -> None:
+    """A run that failed before training leaves no folder holding only its log and config."""
+    if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {"train.log", "config.yaml"}:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        logger.info("removed %s: the run failed before it trained", run_dir)
 
 
 def _run_dir(cfg: TrainConfig, resume) -> Path:
@@ -238,12 +283,13 @@ class _Run:
     history: list = field(default_factory=list)
     start_epoch: int = 0
     done_in_epoch: int = 0  # steps already done in start_epoch (a mid-epoch resume)
+    epoch_loss_sum: float = 0.0  # their summed losses, so the epoch's mean covers every step
 
 
 @dataclass
 class _EpochStats:
     loss_sum: float  # sum of the step losses of this process's steps in the epoch
-    steps: int
+    steps: int  # steps of the whole epoch, those before a resume included
     seen: int  # images, all processes
     start: float  # perf_counter at the epoch's start
     lr: float  # the last step's
@@ -254,11 +300,11 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
     run_dir = _run_dir(cfg, resume)
     state = None
     if resume:
-        if not (run_dir / "state.pt").exists():
-            raise ValueError(f"nothing to resume in {run_dir}: no state.pt (the run saved no "
-                             "checkpoint yet)")
         cfg = config_io.load(run_dir / "config.yaml")
-        state = torch.load(run_dir / "state.pt", map_location="cpu", weights_only=True)
+        state = _load_state(run_dir / "state.pt")
+    if ctx.main and run_dir.is_dir():
+        for stale in remove_stale_temporaries(run_dir, "state.pt"):
+            logger.info("removed %s, left by a process killed while writing", stale)
     log = RunLog(run_dir, enabled=ctx.main, resume=state is not None)
     torch.manual_seed(cfg.seed)
 
@@ -285,7 +331,7 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
     raw = model.to(ctx.device)
     if cfg.grad_checkpointing:
         if not hasattr(raw, "set_grad_checkpointing"):
-            raise ValueError(f"--grad-checkpointing applies to ViTs; {cfg.model} is a CNN")
+            raise ConfigError(f"--grad-checkpointing applies to ViTs; {cfg.model} is a CNN")
         raw.set_grad_checkpointing(True)
     ema = copy.deepcopy(raw).eval().requires_grad_(False) if cfg.ema_decay > 0 else None
     if ema is not None and state is not None and state["ema"] is not None:
@@ -303,7 +349,7 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
     micro = len(train_split) // (cfg.batch_size * ctx.world)
     steps_per_epoch = micro // cfg.accum_steps
     if steps_per_epoch == 0:
-        raise ValueError(f"{len(train_split)} training images cannot fill one global batch of "
+        raise ConfigError(f"{len(train_split)} training images cannot fill one global batch of "
                          f"{global_batch}; lower --batch-size or --accum-steps")
     epochs = math.ceil(cfg.steps / steps_per_epoch) if cfg.steps > 0 else cfg.epochs
     log.line(f"model {cfg.model}{' from ' + cfg.init if cfg.init else ''}: "
@@ -329,6 +375,7 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
     if state is not None:
         run.step, run.best, run.history = state["step"], state["best"], state["history"]
         run.start_epoch, run.done_in_epoch = state["epoch"], state["step_in_epoch"]
+        run.epoch_loss_sum = state.get("epoch_loss_sum", 0.0)
         torch.set_rng_state(state["rng"])
         log.line(f"resumed at epoch {run.start_epoch + 1}, step {run.step} "
                  f"({run.done_in_epoch} steps into the epoch)")
@@ -361,7 +408,8 @@ def _train_epoch(run: _Run, epoch: int) -> _EpochStats:
     last = min(run.steps_per_epoch, run.total - epoch * run.steps_per_epoch)  # a step budget
     bar = tqdm(range(run.done_in_epoch, last), disable=not run.show, leave=False,
                desc=f"epoch {epoch + 1}/{run.epochs}")
-    stats = _EpochStats(0.0, last - run.done_in_epoch, 0, time.perf_counter(), 0.0)
+    # a resumed epoch starts from the losses of its steps before the interruption
+    stats = _EpochStats(run.epoch_loss_sum, last, 0, time.perf_counter(), 0.0)
     for in_epoch in bar:
         lr = cosine_lr(run.step, run.total, run.warmup, run.base_lr, cfg.min_lr)
         for group in run.opt.param_groups:
@@ -397,8 +445,8 @@ def _train_epoch(run: _Run, epoch: int) -> _EpochStats:
                 and in_epoch + 1 < run.steps_per_epoch and ctx.main:
             _save_state(run.run_dir / "state.pt", run.raw, run.opt, run.ema, dict(
                 step=run.step, epoch=epoch, step_in_epoch=in_epoch + 1, best=run.best,
-                history=run.history), cfg)
-    run.done_in_epoch = 0
+                history=run.history, epoch_loss_sum=stats.loss_sum), cfg)
+    run.done_in_epoch, run.epoch_loss_sum = 0, 0.0
     return stats
 
 

@@ -1,0 +1,232 @@
+"""Every command against a catalogue of bad inputs: exit code 2, no traceback, a message that
+names the input, and nothing already written modified or deleted. A new case is one line of
+``CASES``. Commands over many inputs (predict, attention) also keep every good input's result.
+"""
+
+import hashlib
+import os
+import struct
+import urllib.error
+import urllib.request
+import zlib
+from pathlib import Path
+
+import pytest
+import sklearn.datasets
+from PIL import Image
+
+import vitkit
+from vitkit.cli import main
+from vitkit.models.cnn import create_cnn
+from vitkit.train import resolve, train
+
+PHOTOS = Path(sklearn.datasets.__file__).parent / "images"
+
+
+def _png_claiming(width: int, height: int) -> bytes:
+    """A PNG whose header claims width x height (a decompression bomb for Pillow's check)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+    ihdr = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr)
+            + chunk(b"IDAT", zlib.compress(b"\x00")) + chunk(b"IEND", b""))
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory):
+    """A workspace of good and bad inputs, built once."""
+    w = tmp_path_factory.mktemp("bad-inputs")
+    model = vitkit.create_model("vit_nano_patch4_32", num_classes=3)
+    model.cfg.extra["class_names"] = ["a", "b", "c"]
+    vitkit.save_model(model, w / "vit.safetensors")
+    vitkit.save_model(create_cnn("resnet18", 3, 32), w / "cnn.safetensors")
+    (w / "good").mkdir()
+    for name in ("china.jpg", "flower.jpg"):
+        Image.open(PHOTOS / name).resize((64, 43)).save(w / "good" / name)
+    (w / "mixed").mkdir()
+    for name in ("china.jpg", "flower.jpg"):
+        Image.open(PHOTOS / name).resize((64, 43)).save(w / "mixed" / name)
+    (w / "mixed" / "bomb.png").write_bytes(_png_claiming(20000, 20000))
+    (w / "mixed" / "text.jpg").write_text("not an image")
+    (w / "mixed" / os.fsdecode(b"caf\xe9.png")).write_bytes(b"\x89PNG broken")
+    (w / "bomb.png").write_bytes(_png_claiming(20000, 20000))
+    (w / "empty.pth").write_bytes(b"")
+    (w / "random.pth").write_bytes(os.urandom(4096))
+    (w / "text.jpg").write_text("not an image")
+    (w / "no-weights").mkdir()
+    (w / "empty-dir").mkdir()
+    (w / "folder.csv").mkdir()
+    (w / "a-file").write_text("a file, not a folder")
+    (w / "bad.yaml").write_text("lr: [unclosed\n")
+    (w / "abc.yaml").write_text("batch_size: abc\n")
+    (w / "negative.yaml").write_text("epochs: -2\n")
+    (w / "unknown.yaml").write_text("learning_rate: 0.1\n")
+    (w / "list.yaml").write_text("- lr\n- 0.1\n")
+    run = train(resolve(dict(data="digits", img_size=16, model="vit_nano_patch4_32",
+                             steps=4, batch_size=32, out=str(w / "runs"), name="run",
+                             checkpoint_every=2)), progress=False)
+    damaged = w / "runs" / "damaged"
+    damaged.mkdir()
+    for f in ("config.yaml", "last.safetensors", "best.safetensors"):
+        (damaged / f).write_bytes((run.run_dir / f).read_bytes())
+    state = (run.run_dir / "state.pt").read_bytes()
+    (damaged / "state.pt").write_bytes(state[: len(state) // 2])
+    return w
+
+
+def _offline(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+    monkeypatch.setattr(urllib.request, "urlopen", refuse)
+    monkeypatch.setattr(urllib.request.OpenerDirector, "open", refuse)
+
+
+# (command line with {ws} for the workspace, text the message must contain, set-up or None)
+CASES = [
+    # info / list
+    ("info vit_nope", "unknown model 'vit_nope'", None),
+    ("info vit_base_patch16_224 --img-size 200", "200x200 is not divisible by patch size 16",
+     None),
+    ("info vit_base_patch16_224 --img-size 0", "positive sides, got (0, 0)", None),
+    ("info vit_base_patch16_224 --img-size -16", "positive sides, got (-16, -16)", None),
+    # convert / resize
+    ("convert {ws}/missing.pth {ws}/o.safetensors", "missing.pth", None),
+    ("convert {ws}/empty.pth {ws}/o.safetensors", "empty.pth", None),
+    ("convert {ws}/random.pth {ws}/o.safetensors", "random.pth (4,096 bytes) is not a valid "
+     "checkpoint", None),
+    ("convert {ws}/text.jpg {ws}/o.safetensors", "text.jpg", None),
+    ("convert {ws}/no-weights {ws}/o.safetensors", "no-weights has no weight files", None),
+    ("convert {ws}/cnn.safetensors {ws}/o --to timm", "a CNN can be written as vitkit", None),
+    ("convert {ws}/cnn.safetensors {ws}/o --to hf", "a CNN can be written as vitkit", None),
+    ("convert {ws}/cnn.safetensors {ws}/o.npz --to jax", "a CNN can be written as vitkit",
+     None),
+    ("convert {ws}/cnn.safetensors {ws}/o.pth --to torchvision",
+     "a CNN can be written as vitkit", None),
+    ("convert {ws}/vit.safetensors {ws}/o.pth", "o.pth", None),
+    ("convert {ws}/vit.safetensors {ws}/o.safetensors --num-classes -3", "-3", None),
+    ("convert {ws}/vit.safetensors {ws}/a-file/o.safetensors", "a-file", None),
+    ("resize {ws}/vit.safetensors {ws}/o.safetensors --img-size 30",
+     "30x30 is not divisible by patch size 4", None),
+    # attention
+    ("attention {ws}/good --checkpoint {ws}/cnn.safetensors --out {ws}/att",
+     "attention maps need a ViT", None),
+    ("attention {ws}/bomb.png --checkpoint {ws}/vit.safetensors --out {ws}/att",
+     "bomb.png: it is too large", None),
+    ("attention {ws}/text.jpg --checkpoint {ws}/vit.safetensors --out {ws}/att",
+     "cannot read image", None),
+    ("attention {ws}/good --checkpoint {ws}/vit.safetensors --layer 9 --out {ws}/att",
+     "--layer 9 does not exist: the model has 4 layers", None),
+    ("attention {ws}/good --checkpoint {ws}/vit.safetensors --head 7 --out {ws}/att",
+     "--head 7 does not exist", None),
+    ("attention {ws}/good --checkpoint {ws}/vit.safetensors --top-k 0 --out {ws}/att",
+     "--top-k must be 1 or more", None),
+    ("attention {ws}/good --checkpoint {ws}/vit.safetensors --out {ws}/a-file",
+     "a-file is a file", None),
+    ("attention {ws}/empty-dir --checkpoint {ws}/vit.safetensors --out {ws}/att",
+     "no images found in", None),
+    ("attention {ws}/good --checkpoint {ws}/missing.safetensors --out {ws}/att",
+     "missing.safetensors", None),
+    # train
+    ("train --config {ws}/missing.yaml", "missing.yaml does not exist", None),
+    ("train --config {ws}/empty-dir", "empty-dir is a folder", None),
+    ("train --config {ws}/bad.yaml", "bad.yaml is not valid YAML", None),
+    ("train --config {ws}/abc.yaml", "batch_size = 'abc' is not a whole number", None),
+    ("train --config {ws}/negative.yaml", "epochs must be 1 or more, got -2", None),
+    ("train --config {ws}/unknown.yaml", "learning_rate", None),
+    ("train --config {ws}/list.yaml", "list.yaml must hold a mapping", None),
+    ("train --batch-size 0 --out {ws}/runs", "batch_size must be 1 or more, got 0", None),
+    ("train --data-fraction 1.5 --out {ws}/runs", "data_fraction must be between 0 and 1", None),
+    ("train --model vit_nope --out {ws}/runs", "unknown model 'vit_nope'", None),
+    ("train --data nope --out {ws}/runs", "unknown dataset 'nope'", None),
+    ("train --data imagefolder:{ws}/missing --out {ws}/runs", "missing does not exist", None),
+    ("train --data cifar10 --download --data-root {ws}/cifar --out {ws}/runs",
+     "downloading cifar10 failed", _offline),
+    ("train --resume {ws}/missing-run", "--resume {ws}/missing-run: no such run folder", None),
+    ("train --resume {ws}/empty-dir", "nothing to resume in {ws}/empty-dir", None),
+    ("train --resume {ws}/a-file", "a-file is a file", None),
+    ("train --resume {ws}/runs/damaged", "state.pt is damaged", None),
+    ("train --resume {ws}/runs/run --config {ws}/abc.yaml", "drop the other options (--config)",
+     None),
+    ("train --resume {ws}/runs/run --lr 0.1", "drop the other options (--lr)", None),
+    ("train --init {ws}/random.pth --out {ws}/runs", "random.pth", None),
+    # eval
+    ("eval {ws}/vit.safetensors --data nope", "unknown dataset 'nope'", None),
+    ("eval {ws}/missing.safetensors --data digits", "missing.safetensors", None),
+    ("eval {ws}/vit.safetensors --data digits", "the checkpoint has 3 classes but digits has 10",
+     None),
+    # predict
+    ("predict {ws}/vit.safetensors {ws}/bomb.png", "bomb.png: it is too large", None),
+    ("predict {ws}/vit.safetensors {ws}/good --out {ws}/preds.txt",
+     "--out must end in .csv or .json", None),
+    ("predict {ws}/vit.safetensors {ws}/good --out {ws}/folder.csv", "folder.csv is a folder",
+     None),
+    ("predict {ws}/vit.safetensors {ws}/empty-dir", "no images found in", None),
+    ("predict {ws}/vit.safetensors {ws}/good --top-k 0", "--top-k must be 1 or more", None),
+    ("predict {ws}/random.pth {ws}/good", "random.pth", None),
+    # demo
+    ("demo --vit-steps 0 --out {ws}/demo", "--vit-steps must be 1 or more", None),
+    ("demo --quick --out {ws}/a-file/demo", "a-file", None),
+    # study
+    ("study --seeds 0 --out {ws}/study", "--seeds must be 1 or more", None),
+    ("study --fractions 0 --out {ws}/study", "--fractions must be shares in (0, 1]", None),
+    ("study --mode patch --patch-sizes 0 --out {ws}/study", "--patch-sizes must be 1 or more",
+     None),
+    # bench
+    ("bench vit_nano_patch4_32 --batch 0", "--batch must be 1 or more, got 0", None),
+    ("bench vit_nano_patch4_32 --batch -1", "--batch must be 1 or more, got -1", None),
+    ("bench vit_nano_patch4_32 --steps 0", "--steps must be 1 or more, got 0", None),
+    ("bench vit_nano_patch4_32 --img-size 30", "not divisible by patch size 4", None),
+    ("bench vit_nope", "unknown model 'vit_nope'", None),
+]
+
+
+def _snapshot(root: Path) -> dict[Path, str]:
+    return {p: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(("line", "says", "setup"), CASES, ids=[c[0] for c in CASES])
+def test_a_bad_input_is_a_message_and_exit_code_2(ws, line, says, setup, capsys, monkeypatch):
+    if setup is not None:
+        setup(monkeypatch)
+    before = _snapshot(ws)
+    argv = [part.replace("{ws}", str(ws)) for part in line.split()]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2, out + err
+    assert "Traceback" not in out + err
+    assert says.replace("{ws}", str(ws)) in err
+    assert f"vitkit {argv[0]}: error:" in err
+    after = _snapshot(ws)
+    changed = [str(p) for p, digest in before.items() if after.get(p) != digest]
+    assert not changed, f"modified or deleted: {changed}"
+    assert not (ws / "runs").exists() or {p.name for p in (ws / "runs").iterdir()} == \
+        {"run", "damaged"}, "a run that failed before training left a folder behind"
+
+
+def test_predict_keeps_every_good_image_of_a_batch_with_bad_ones(ws, tmp_path, capsys):
+    out = tmp_path / "predictions.csv"
+    assert main(["predict", str(ws / "vit.safetensors"), str(ws / "mixed"),
+                 "--out", str(out)]) == 0
+    rows = out.read_text(encoding="utf-8").splitlines()[1:]
+    good = [r for r in rows if r.endswith(",") and ("china" in r or "flower" in r)]
+    bad = [r for r in rows if "cannot read image" in r or "too large" in r]
+    assert len(good) == 2 and len(bad) == 3, rows
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_attention_goes_on_after_a_bad_image(ws, tmp_path, capsys):
+    out = tmp_path / "att"
+    assert main(["attention", str(ws / "mixed"), "--checkpoint", str(ws / "vit.safetensors"),
+                 "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert printed.err.count("skipped:") == 3
+    assert "china.jpg:\n  1." in printed.out
+    assert (out / "china_rollout.png").exists() and (out / "flower_rollout.png").exists()
+
+
+def test_a_yaml_number_read_as_text_is_converted(tmp_path):
+    (tmp_path / "c.yaml").write_text('lr: 5e-4\nepochs: "3"\nhflip: "true"\n')
+    cfg = resolve({}, str(tmp_path / "c.yaml"))
+    assert (cfg.lr, cfg.epochs, cfg.hflip) == (5e-4, 3, True)

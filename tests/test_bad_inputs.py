@@ -3,14 +3,17 @@ names the input, and nothing already written modified or deleted. A new case is 
 ``CASES``. Commands over many inputs (predict, attention) also keep every good input's result.
 """
 
+import errno
 import hashlib
 import os
 import struct
+import tempfile
 import urllib.error
 import urllib.request
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 import sklearn.datasets
 from PIL import Image
@@ -58,6 +61,7 @@ def ws(tmp_path_factory):
     (w / "empty-dir").mkdir()
     (w / "folder.csv").mkdir()
     (w / "a-file").write_text("a file, not a folder")
+    np.save(w / "maps.npy", np.zeros(5, dtype=np.float32))
     (w / "bad.yaml").write_text("lr: [unclosed\n")
     (w / "abc.yaml").write_text("batch_size: abc\n")
     (w / "negative.yaml").write_text("epochs: -2\n")
@@ -80,6 +84,25 @@ def _offline(monkeypatch):
         raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
     monkeypatch.setattr(urllib.request, "urlopen", refuse)
     monkeypatch.setattr(urllib.request.OpenerDirector, "open", refuse)
+
+
+def _read_only(monkeypatch):
+    """Folders named 'read-only' cannot be made or written in (as a read-only mount would;
+    simulated, since root may write anywhere)."""
+    real_mkdir, real_mkstemp = Path.mkdir, tempfile.mkstemp
+
+    def mkdir(self, *args, **kwargs):
+        if "read-only" in str(self):
+            raise PermissionError(errno.EROFS, "Read-only file system", str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    def mkstemp(*args, dir=None, **kwargs):
+        if dir is not None and "read-only" in str(dir):
+            raise PermissionError(errno.EROFS, "Read-only file system", str(dir))
+        return real_mkstemp(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
 
 
 # (command line with {ws} for the workspace, text the message must contain, set-up or None)
@@ -164,8 +187,23 @@ CASES = [
     ("predict {ws}/vit.safetensors {ws}/empty-dir", "no images found in", None),
     ("predict {ws}/vit.safetensors {ws}/good --top-k 0", "--top-k must be 1 or more", None),
     ("predict {ws}/random.pth {ws}/good", "random.pth", None),
+    ("predict {ws}/vit.safetensors {ws}/mixed/caf\udce9.png", "caf", None),
+    ("predict {ws}/vit.safetensors {ws}/good --out {ws}/read-only/p.csv",
+     "cannot write or read {ws}/read-only: read-only file system", _read_only),
+    # doctor
+    ("doctor {ws}/missing", "no such run folder, checkpoint or maps file", None),
+    ("doctor {ws}/random.pth", "random.pth (4,096 bytes) is not a valid checkpoint", None),
+    ("doctor {ws}/empty-dir", "empty-dir has no weight files", None),
+    ("doctor {ws}/vit.safetensors --img-size 0", "expected a size like 384", None),
+    ("doctor {ws}/vit.safetensors --image {ws}/text.jpg", "cannot read image", None),
+    ("doctor {ws}/vit.safetensors --data nope", "unknown dataset 'nope'", None),
+    ("doctor {ws}/maps.npy", "maps.npy has shape (5,)", None),
     # demo
     ("demo --vit-steps 0 --out {ws}/demo", "--vit-steps must be 1 or more", None),
+    ("demo --quick --out {ws}/read-only/demo", "read-only file system", _read_only),
+    ("train --out {ws}/read-only --steps 1", "read-only file system", _read_only),
+    ("convert {ws}/vit.safetensors {ws}/read-only/o.safetensors", "read-only file system",
+     _read_only),
     ("demo --quick --out {ws}/a-file/demo", "a-file", None),
     # study
     ("study --seeds 0 --out {ws}/study", "--seeds must be 1 or more", None),
@@ -192,7 +230,10 @@ def test_a_bad_input_is_a_message_and_exit_code_2(ws, line, says, setup, capsys,
         setup(monkeypatch)
     before = _snapshot(ws)
     argv = [part.replace("{ws}", str(ws)) for part in line.split()]
-    code = main(argv)
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse's own refusal of an option: usage + message
+        code = exit_.code
     out, err = capsys.readouterr()
     assert code == 2, out + err
     assert "Traceback" not in out + err

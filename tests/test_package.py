@@ -37,3 +37,28 @@ def test_core_dependencies_are_ranges_and_the_extras_hold_the_rest():
     pinned = {line.split("==")[0].lower() for line in
               (ROOT / "constraints.txt").read_text().splitlines() if "==" in line}
     assert {"torch", "torchvision", "timm", "transformers", "mkdocs"} <= pinned
+
+
+def test_importing_the_figures_keeps_a_notebooks_backend():
+    code = ("import matplotlib; matplotlib.use('svg'); import vitkit.viz.plot, vitkit.viz.report;"
+            " import vitkit.commands.demo; print(matplotlib.get_backend())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "svg"
+
+
+def test_a_command_whose_extra_is_missing_says_which_to_install(monkeypatch, capsys):
+    from vitkit import cli, commands
+
+    real = commands.load
+
+    def without_yaml(name):
+        if name == "train":
+            raise ImportError("No module named 'yaml'", name="yaml")
+        return real(name)
+
+    monkeypatch.setattr(commands, "load", without_yaml)
+    assert cli.main(["train", "--epochs", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "needs yaml, which is not installed" in err and "vitkit[train,viz]" in err
+    assert cli.main(["list", "nano"]) == 0  # the other commands still work

@@ -212,6 +212,7 @@ def test_torchrun_two_processes_equal_one_with_the_same_global_batch(tmp_path):
                           "--name", "two"], capture_output=True, text=True, env=env)
     assert two.returncode == 0, two.stderr
     assert "2 process(es)" in (tmp_path / "two" / "train.log").read_text()
+    assert two.stdout.count("best validation top-1") == 1  # one closing line, not one per rank
     a, b = weights(tmp_path / "one" / "last.safetensors"), \
         weights(tmp_path / "two" / "last.safetensors")
     for k in a:

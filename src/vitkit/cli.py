@@ -51,19 +51,22 @@ def describe_os_error(err: OSError) -> str:
     return f"{err.strerror or err} ({where})"
 
 
+MISSING: dict[str, ImportError] = {}  # commands whose optional dependencies are not installed
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vitkit", description="Vision Transformers: build, inspect, load, train, explain."
     )
     parser.add_argument("--version", action="version", version=f"vitkit {vitkit.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    MISSING.clear()
     for name in commands.COMMANDS:
         try:
             module = commands.load(name)
         except ImportError as err:  # an extra is not installed: say which, when it is used
-            p = sub.add_parser(name, help=f"(needs an extra: {err.name} is not installed)")
-            p.add_argument("rest", nargs=argparse.REMAINDER)
-            p.set_defaults(run=_missing_extra(name, err))
+            sub.add_parser(name, help=f"(needs an extra: {err.name} is not installed)")
+            MISSING[name] = err
             continue
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.DESCRIPTION)
         module.add_arguments(p)
@@ -71,18 +74,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _missing_extra(command: str, err: ImportError):
-    def run(args: argparse.Namespace) -> int:
-        print(f"vitkit {command}: error: this command needs {err.name}, which is not "
-              "installed; install the extras with: pip install 'vitkit[train,viz]'",
-              file=sys.stderr)
-        return 2
 
-    return run
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser()
+    if argv and argv[0] in MISSING:
+        err = MISSING[argv[0]]
+        print(f"vitkit {argv[0]}: error: this command needs {err.name}, which is not "
+              "installed; install the extras with: pip install 'vitkit[train,viz]'",
+              file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     setup_logging()
     for stream in (sys.stdout, sys.stderr):  # file names that are not UTF-8 still print
         with contextlib.suppress(AttributeError, ValueError):

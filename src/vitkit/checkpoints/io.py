@@ -187,11 +187,12 @@ def detect_format(ckpt: Checkpoint) -> str:
 
 # ----------------------------------------------------------------------------------- loading
 def load_state(model: VisionTransformer, state: StateDict, strict: bool = True,
-               verbose: bool = True) -> None:
+               verbose: bool = True) -> tuple[list[str], list[str]]:
     """Copy ``state`` into ``model``, refusing every missing, unexpected or mis-shaped key.
 
     Shapes must always agree. With ``strict=False`` missing keys keep their initial values and
-    unexpected keys are ignored, each listed on stderr; nothing is ever loaded misaligned.
+    unexpected keys are ignored, each logged; nothing is ever loaded misaligned. Returns the
+    (missing, unexpected) keys.
     """
     expected = model.state_dict()
     missing = [k for k in expected if k not in state]
@@ -216,6 +217,7 @@ def load_state(model: VisionTransformer, state: StateDict, strict: bool = True,
         say(f"strict=False: {len(unexpected)} unexpected keys ignored: {', '.join(unexpected)}",
             verbose, logging.WARNING)
     model.load_state_dict({k: v for k, v in state.items() if k in expected}, strict=False)
+    return missing, unexpected
 
 
 def _describe(ckpt: Checkpoint, fmt: str, notes: list[str], pre_logits: bool,
@@ -270,6 +272,8 @@ def load_model(
     else that does not fit is a :class:`CheckpointError` listing every offending key.
     ``pre_logits=False`` drops a pre-logits / pooler layer (JAX, torchvision, HF ``ViTModel``);
     ``num_heads`` overrides the head count where the weights cannot tell (timm, torchvision).
+    The returned model's ``load_record`` (a dict) keeps what was adapted: the format, missing and
+    unexpected keys, notes, the replaced head and the interpolated grids.
     """
     if num_classes is not None and num_classes < 0:
         raise CheckpointError(f"num_classes must be 0 (no head) or more, got {num_classes}")
@@ -279,10 +283,15 @@ def load_model(
     state, kwargs = _describe(ckpt, fmt, notes, pre_logits, num_classes, num_heads)
     cnn = kwargs.get("family") == "cnn"  # a ResNet baseline or teacher
     model = CNN(CNNConfig(**kwargs)) if cnn else VisionTransformer(ViTConfig(**kwargs))
-    load_state(model, state, strict, verbose)
+    missing, unexpected = load_state(model, state, strict, verbose)
     for note in notes:
         say(note, verbose)
+    # what was adapted on the way in, for `vitkit doctor` and for anyone who asks
+    model.load_record = {"source": str(source), "format": fmt, "missing": missing,
+                         "unexpected": unexpected, "notes": list(notes),
+                         "head_replaced": None, "interpolated": None}
     if num_classes is not None and num_classes != model.num_classes:
+        model.load_record["head_replaced"] = [model.num_classes, num_classes]
         say(f"head replaced: the checkpoint has {model.num_classes} classes, the new head has "
             f"{num_classes} (randomly initialised)", verbose, logging.WARNING)
         model.reset_classifier(num_classes)
@@ -291,6 +300,7 @@ def load_model(
         old, old_img = model.grid_size, model.cfg.img_size
         model.set_img_size(img_size)
         new = model.grid_size
+        model.load_record["interpolated"] = [list(old), list(new)]
         say(f"position table interpolated from a {old[0]}x{old[1]} grid "
             f"({old_img[0]}x{old_img[1]}) to {new[0]}x{new[1]} "
             f"({model.cfg.img_size[0]}x{model.cfg.img_size[1]}), bicubic", verbose)

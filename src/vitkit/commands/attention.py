@@ -92,6 +92,8 @@ def explain_images(model, images: list[str | os.PathLike], out_dir: str | os.Pat
         report = ImageReport(path, [(_class_name(model, int(i)), float(v))
                                     for v, i in zip(values, indices, strict=True)])
         stem = out / path.stem
+        np.save(f"{stem}_maps.npy", torch.stack(list(maps))[:, 0].half().numpy())
+        report.files.append(Path(f"{stem}_maps.npy"))  # (layers, heads, T, T): vitkit doctor
         panels: dict[str, np.ndarray] = {}
         if has_cls:
             cls_all = torch.stack([cls_attention(maps, layer=i)[0] for i in range(len(maps))])

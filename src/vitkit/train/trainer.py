@@ -31,7 +31,8 @@ from vitkit.checkpoints.io import atomic_write, load_model, save_model
 from vitkit.checkpoints.writing import remove_stale_temporaries
 from vitkit.data.datasets import load_split
 from vitkit.data.transforms import Transformed, eval_transform, sample_seed, train_transform
-from vitkit.errors import CheckpointError, ConfigError
+from vitkit.diagnose import diagnose_run, start_of_run, to_json
+from vitkit.errors import CheckpointError, ConfigError, VitkitError
 from vitkit.models.cnn import create_cnn, is_cnn
 from vitkit.models.registry import create_model
 from vitkit.train import config as config_io
@@ -51,8 +52,9 @@ def cosine_lr(step: int, total: int, warmup: int, base: float, floor: float = 0.
     return floor + (base - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-class NonFiniteLoss(RuntimeError):
-    """The loss became NaN or infinite; the message names the step and the usual causes."""
+class NonFiniteLoss(VitkitError, RuntimeError):
+    """The loss became NaN or infinite; the message names the step and the usual causes (and
+    goes to train.log, where ``vitkit doctor`` finds it)."""
 
 
 @dataclass
@@ -324,6 +326,10 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
     if train_split.skipped:
         log.line(f"skipped {len(train_split.skipped)} unreadable images: "
                  + ", ".join(train_split.skipped))
+    if state is None:  # the doctor's word on the plan, once, before the first step
+        for finding in start_of_run(cfg.to_dict(), len(train_split), num_classes):
+            if finding.level != "ok":
+                log.line(f"doctor: {finding.level}: {finding.summary}. Fix: {finding.fix}")
 
     model = build_model(cfg, num_classes, train_split.classes)
     if state is not None:
@@ -478,12 +484,29 @@ def _evaluate_and_save(run: _Run, epoch: int, stats: _EpochStats) -> None:
 def _train(cfg: TrainConfig | None, resume, ctx, progress) -> RunResult:
     run = _setup(cfg, resume, ctx, progress)
     for epoch in range(run.start_epoch, run.epochs):
-        stats = _train_epoch(run, epoch)
+        try:
+            stats = _train_epoch(run, epoch)
+        except NonFiniteLoss as err:
+            run.log.line(str(err))
+            run.log.close()
+            raise
         if (epoch + 1) % max(1, run.cfg.eval_every) and epoch + 1 < run.epochs:
             continue  # not an evaluation epoch (the logged train loss is the eval epoch's)
         _evaluate_and_save(run, epoch, stats)
+    if ctx.main:
+        _doctor_at_end(run)
     run.log.close()
     return RunResult(run.run_dir, run.best, run.history, run.train_images)
+
+
+def _doctor_at_end(run: _Run) -> None:
+    """The run checks on the finished run: their lines in train.log, all in doctor.json."""
+    findings = diagnose_run(run.run_dir)
+    for finding in findings:
+        if finding.level != "ok":
+            run.log.line(f"doctor: {finding.level}: {finding.summary}. Fix: {finding.fix}")
+    text = to_json(findings, str(run.run_dir)) + "\n"
+    atomic_write(run.run_dir / "doctor.json", lambda tmp: tmp.write_text(text))
 
 
 def _update_ema(ema: nn.Module, model: nn.Module, decay: float) -> None:

@@ -1,0 +1,263 @@
+"""`vitkit doctor`: each classic failure built on purpose and caught at the right level, and no
+false alarm on a healthy model or run."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import vitkit
+from vitkit.cli import main
+from vitkit.diagnose import diagnose, maps, runs, weights
+from vitkit.explain import stats
+from vitkit.train import resolve, train
+
+
+def levels(findings) -> dict[str, str]:
+    """check name -> the worst level it reported."""
+    out: dict[str, str] = {}
+    for f in findings:
+        order = ("error", "warning", "ok")
+        if f.check not in out or order.index(f.level) < order.index(out[f.check]):
+            out[f.check] = f.level
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A ViT trained for ~25 s on the digits (a healthy run) and a fresh one."""
+    root = tmp_path_factory.mktemp("doctor")
+    result = train(resolve(dict(data="digits", img_size=32, model="vit_nano_patch4_32",
+                                steps=150, batch_size=64, lr=8e-3, warmup_epochs=0.5,
+                                out=str(root), name="healthy")), progress=False)
+    vitkit.save_model(vitkit.create_model("vit_nano_patch4_32", num_classes=10),
+                      root / "fresh.safetensors")
+    return result.run_dir, root
+
+
+def _variant(trained, name, change):
+    run_dir, root = trained
+    model = vitkit.load_model(run_dir / "last.safetensors", verbose=False)
+    with torch.no_grad():
+        change(model)
+    return vitkit.save_model(model, root / f"{name}.safetensors")
+
+
+# ----------------------------------------------------------------------------------- weights
+def test_a_fresh_checkpoint_is_an_error_and_a_trained_one_is_not(trained, capsys):
+    run_dir, root = trained
+    fresh = levels(diagnose(root / "fresh.safetensors"))
+    assert fresh["weights.trained"] == "error"
+    healthy = levels(diagnose(run_dir / "last.safetensors", data="digits"))
+    assert healthy["weights.trained"] == "ok"
+    assert "error" not in healthy.values(), healthy
+    assert main(["doctor", str(root / "fresh.safetensors"), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["worst"] == "error"
+    entry = next(f for f in report["findings"] if f["check"] == "weights.trained")
+    assert entry["measured"]["blocks_at_init"] == 4 and entry["fix"]
+
+
+def test_a_healthy_run_gives_no_error(trained, capsys):
+    run_dir, _ = trained
+    found = levels(diagnose(run_dir))
+    assert "error" not in found.values(), found
+    assert found["run.small_data"] == "warning"  # 1,438 images from scratch: said, not an error
+    assert main(["doctor", str(run_dir)]) == 0
+    text = capsys.readouterr().out
+    assert "[warning] run.small_data" in text and "fix: in order: fine-tune" in text
+    # vitkit train ran the same checks itself: a line at the start, doctor.json at the end
+    log = (run_dir / "train.log").read_text()
+    assert "doctor: warning: a ViT trained from scratch on 1,438 images" in log
+    saved = json.loads((run_dir / "doctor.json").read_text())
+    assert {f["check"] for f in saved["findings"]} >= {"run.learning", "run.overfitting"}
+
+
+def test_blocks_loaded_but_table_reinitialised_is_the_mismatched_sizes_trap(trained):
+    path = _variant(trained, "reinit-table",
+                    lambda m: torch.nn.init.trunc_normal_(m.pos_embed, std=0.02))
+    found = [f for f in diagnose(path) if f.check == "weights.position_table"]
+    assert found[0].level == "warning" and "ignore_mismatched_sizes" in found[0].why
+    assert levels(diagnose(trained[0] / "last.safetensors"))["weights.position_table"] == "ok"
+
+
+def test_some_blocks_at_init_is_a_partial_load(trained):
+    def reset(model):
+        for block in model.blocks[1:3]:
+            for norm in (block.norm1, block.norm2):
+                norm.weight.fill_(1.0)
+                norm.bias.zero_()
+
+    found = diagnose(_variant(trained, "partial", reset))
+    partial = next(f for f in found if f.check == "weights.partially_loaded")
+    assert partial.level == "error" and "blocks 1, 2" in partial.summary
+
+
+def test_a_32px_checkpoint_asked_for_64(trained):
+    path = trained[0] / "last.safetensors"
+    fit = next(f for f in diagnose(path, img_size=64) if f.check == "weights.input_size")
+    assert fit.level == "warning"
+    assert fit.measured["table_rows"] == 65 and fit.measured["rows_needed"] == 257
+    assert fit.fix == f"vitkit resize {path} resized.safetensors --img-size 64"
+    assert next(f for f in diagnose(path, img_size=30)
+                if f.check == "weights.input_size").level == "error"
+    assert next(f for f in diagnose(path, img_size=32)
+                if f.check == "weights.input_size").level == "ok"
+
+
+def test_a_224_checkpoint_asked_for_384(tmp_path):
+    vitkit.save_model(vitkit.create_model("vit_tiny_patch16_224"), tmp_path / "t.safetensors")
+    fit = next(f for f in diagnose(tmp_path / "t.safetensors", img_size=384)
+               if f.check == "weights.input_size")
+    assert fit.level == "warning"
+    assert (fit.measured["table_rows"], fit.measured["rows_needed"]) == (197, 577)
+    assert "interpolates it bicubic from 14x14 to 24x24" in fit.why
+    assert fit.fix.endswith("resized.safetensors --img-size 384")
+
+
+def test_keys_left_at_init_by_a_non_strict_load_are_an_error(trained, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(trained[0] / "last.safetensors")
+    del state["blocks.1.mlp.fc1.weight"]
+    save_file(state, tmp_path / "loose.safetensors")
+    torch.save(state, tmp_path / "loose.pth")
+    model = vitkit.load_model(tmp_path / "loose.pth", strict=False, verbose=False)
+    finding = weights.check_load_record(model, {})
+    assert finding.level == "error" and "blocks.1.mlp.fc1.weight" in finding.summary
+
+
+# -------------------------------------------------------------------------------------- runs
+def _run_folder(tmp_path, config: dict, losses: list[tuple[float, float]], log: str = ""):
+    import yaml
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    rows = ["epoch,step,train_loss,val_loss,val_top1"]
+    rows += [f"{i + 1},{10 * (i + 1)},{t},{v},0.5" for i, (t, v) in enumerate(losses)]
+    (tmp_path / "metrics.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "train.log").write_text(
+        log or "data imagefolder: 200000 train, 5000 val images, 10 classes\n")
+    return tmp_path
+
+
+def test_sgd_at_lr_0_1_is_a_cnn_recipe(tmp_path):
+    folder = _run_folder(tmp_path, dict(model="vit_base_patch16_224", opt="sgd", lr=0.1,
+                                        warmup_epochs=0, clip_grad=0, weight_decay=1e-4,
+                                        epochs=90), [(2.0, 2.1), (1.8, 1.9), (1.6, 1.8)])
+    recipe = [f for f in diagnose(folder) if f.check == "run.recipe"]
+    summaries = " | ".join(f.summary for f in recipe)
+    assert all(f.level == "warning" for f in recipe)
+    assert "SGD at lr 0.1 without warmup or gradient clipping" in summaries
+    assert "weight decay 0.0001" in summaries
+
+
+def test_a_run_stuck_at_ln_classes_is_not_learning(tmp_path):
+    stuck = [(math.log(10) + d, math.log(10)) for d in (0.01, -0.02, 0.005, 0.0)]
+    folder = _run_folder(tmp_path, dict(model="vit_small_patch16_224", lr=5e-4, epochs=4,
+                                        warmup_epochs=1, recipe="plain", batch_size=64),
+                         stuck)
+    assert main(["doctor", str(folder)]) == 1
+    assert levels(diagnose(folder))["run.learning"] == "error"
+
+
+def test_an_overfitting_run_and_loss_spikes_are_warnings(tmp_path):
+    over = [(2.0, 2.0), (1.0, 1.2), (0.4, 1.1), (0.1, 1.6)]
+    found = levels(diagnose(_run_folder(tmp_path / "over", dict(model="vit_tiny", lr=5e-4),
+                                        over)))
+    assert found["run.overfitting"] == "warning"
+    spikes = [(2.0, 2.0), (1.5, 1.6), (1.2, 1.3), (3.5, 3.0), (1.1, 1.2)]
+    found = levels(diagnose(_run_folder(tmp_path / "spike", dict(model="vit_tiny", lr=5e-4),
+                                        spikes)))
+    assert found["run.stability"] == "warning"
+    nan = _run_folder(tmp_path / "nan", dict(model="vit_tiny"), [(2.0, 2.0)],
+                      log="the loss became nan at step 25 (epoch 2); training stopped\n")
+    assert levels(diagnose(nan))["run.stability"] == "error"
+
+
+def test_train_says_the_small_data_and_recipe_warnings_at_its_start(tmp_path):
+    from vitkit.diagnose import start_of_run
+
+    cfg = resolve(dict(model="vit_nano_patch4_32", warmup_epochs=0, weight_decay=0.5,
+                       randaugment=9, mixup=0.8, epochs=5, lr=2.0)).to_dict()
+    found = start_of_run(cfg, train_images=1000, classes=10)
+    text = " | ".join(f.summary for f in found if f.level == "warning")
+    for words in ("from scratch on 1,000 images", "no learning-rate warmup",
+                  "AdamW at lr 0.25 from scratch",
+                  "weight decay 0.5", "RandAugment with MixUp/CutMix for 5 epochs"):
+        assert words in text
+
+
+# -------------------------------------------------------------------------------------- maps
+def _maps_of(trained, x):
+    model = vitkit.load_model(trained[0] / "last.safetensors", verbose=False)
+    with torch.no_grad():
+        _, m = model(x, return_attn=True)
+    return torch.stack(list(m))[:, 0].numpy()  # (layers, heads, T, T)
+
+
+def _one_hot_column(a, column=5):
+    e = np.zeros(a.shape[-1], dtype=a.dtype)
+    e[column] = 1.0
+    return 0.3 * a + 0.7 * e  # every row gives 70% to token 5
+
+
+@pytest.mark.parametrize(("name", "make", "check"), [
+    ("averaged", lambda a: a.mean(1), "maps.heads"),  # (layers, T, T): a 3-D array
+    ("one-map", lambda a: a[-1].mean(0), "maps.heads"),  # (T, T)
+    ("identical-heads", lambda a: np.repeat(a.mean(1, keepdims=True), a.shape[1], 1),
+     "maps.heads"),
+    ("last-layer", lambda a: a[-1], "maps.layers"),  # (heads, T, T)
+    ("uniform", lambda a: np.full_like(a, 1 / a.shape[-1]), "maps.uniform"),
+    ("sink", _one_hot_column, "maps.sinks"),
+])
+def test_broken_maps_files_are_caught(tmp_path, name, make, check):
+    g = torch.Generator().manual_seed(0)
+    good = torch.softmax(torch.randn(3, 4, 17, 17, generator=g) * 3, -1).numpy()
+    np.save(tmp_path / "good.npy", good)
+    assert "warning" not in levels(diagnose(tmp_path / "good.npy")).values()
+    np.save(tmp_path / f"{name}.npy", make(good).astype(np.float32))
+    assert levels(diagnose(tmp_path / f"{name}.npy"))[check] == "warning"
+
+
+def test_maps_written_by_vitkit_attention_are_read(trained, tmp_path, capsys):
+    from pathlib import Path
+
+    import sklearn.datasets
+
+    photo = Path(sklearn.datasets.__file__).parent / "images" / "china.jpg"
+    assert main(["attention", str(photo), "--checkpoint",
+                 str(trained[0] / "last.safetensors"), "--out", str(tmp_path)]) == 0
+    found = levels(diagnose(tmp_path / "china_maps.npy"))
+    assert found["maps.heads"] == "ok" and found["maps.layers"] == "ok"
+    capsys.readouterr()
+    assert main(["doctor", str(tmp_path / "china_cls_attention.npy")]) == 2
+    assert "not a map on the patch grid" in capsys.readouterr().err
+
+
+def test_artifact_tokens_and_attention_distance():
+    norms = torch.full((3, 1, 20), 5.0) + torch.rand(3, 1, 20) * 0.1
+    norms[-1, 0, 7] = 60.0
+    ctx = {"layout": {"num_prefix_tokens": 1, "grid": (4, 5), "patch_size": 8}}
+    found = maps.check_artifacts(norms, ctx)
+    assert found.level == "warning" and found.measured["outliers"] == [7]
+    assert stats.outlier_tokens(torch.tensor([1.0, 1.1, 0.9, 1.0, 9.0])).tolist() == [4]
+    # a head attending to itself looks 0 px away; uniform attention looks the mean distance
+    t = 1 + 20
+    local = [torch.eye(t)[None, None].expand(1, 2, t, t)] * 3
+    assert maps.check_distance(local, ctx).level == "ok"
+    uniform = [torch.full((1, 2, t, t), 1 / t)] * 3
+    assert maps.check_distance(uniform, ctx).level == "warning"
+    assert stats.mean_attention_distance(uniform, (4, 5), 8, 1)[0, 0].item() == pytest.approx(
+        stats.uniform_distance((4, 5), 8), rel=1e-5)
+
+
+def test_the_rule_table_names_every_check_once():
+    from vitkit.diagnose import RULES
+
+    names = [r.name for r in RULES]
+    assert len(names) == len(set(names))
+    assert {r.looks_at for r in RULES} == {"model", "run", "maps", "computed", "norms"}
+    assert runs.SMALL_DATA == 100_000 and maps.UNIFORM == 0.95

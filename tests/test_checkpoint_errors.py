@@ -22,14 +22,14 @@ def test_mis_shaped_missing_and_unexpected_keys_are_all_listed(state, tmp_path):
     state = dict(state)
     state["blocks.2.attn.proj.weight"] = torch.zeros(64, 32)
     del state["blocks.1.norm2.weight"]
-    state["blocks.0.ls1.gamma"] = torch.ones(64)
+    state["blocks.0.adapter.weight"] = torch.ones(64)
     torch.save(state, tmp_path / "bad.pth")
     with pytest.raises(CheckpointError) as err:
         vitkit.load_model(tmp_path / "bad.pth")
     msg = str(err.value)
     assert "blocks.2.attn.proj.weight: checkpoint (64, 32) vs model (64, 64)" in msg
     assert "missing keys:\n  blocks.1.norm2.weight" in msg
-    assert "unexpected keys:\n  blocks.0.ls1.gamma" in msg
+    assert "unexpected keys:\n  blocks.0.adapter.weight" in msg
 
 
 def test_non_strict_still_refuses_shapes_but_lists_the_rest(state, tmp_path, vitkit_log):

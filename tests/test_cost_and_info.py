@@ -92,7 +92,7 @@ def test_info_non_divisible_size_is_a_clear_error(capsys):
 
 def test_list_filters(capsys):
     assert main(["list", "huge"]) == 0
-    assert capsys.readouterr().out.split() == ["vit_huge_patch14_224"]
+    assert capsys.readouterr().out.split() == ["deit3_huge_patch14_224", "vit_huge_patch14_224"]
 
 
 def test_console_script_runs():

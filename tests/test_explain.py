@@ -17,8 +17,13 @@ def small(**kw):
     return small_vit(scale=0.2, **kw)
 
 
-def test_maps_equal_softmax_qk_from_the_blocks_own_weights():
-    model = small()
+@pytest.mark.parametrize("kw", [
+    {}, dict(init_values=0.5, pre_norm=True, patch_bias=False, num_reg_tokens=2,
+             no_embed_class=True, act="quick_gelu"),
+    dict(pool="map", class_token=False, act="gelu_tanh"),
+], ids=["plain", "dinov2-clip-options", "siglip-options"])
+def test_maps_equal_softmax_qk_from_the_blocks_own_weights(kw):
+    model = small(**kw)
     x = torch.randn(2, 3, 32, 32)
     inputs = []
     hooks = [b.attn.register_forward_pre_hook(lambda m, a: inputs.append(a[0]))

@@ -1,5 +1,7 @@
 """Parameter counts: the literature's numbers for ViT-B/16, and timm's for every registered name."""
 
+import re
+
 import pytest
 import timm
 import torch
@@ -8,7 +10,9 @@ import vitkit
 from vitkit.models.cost import param_breakdown
 from vitkit.models.registry import model_args
 
-STANDARD = [n for n in vitkit.list_models() if "nano" not in n and "micro" not in n]
+PLAIN = r"vit_(tiny|small|base|large|huge)_patch(8|14|16|32)_(224|384)"
+# the plain ViTs (the families built on them are pinned in test_families.py)
+STANDARD = [n for n in vitkit.list_models() if re.fullmatch(PLAIN, n)]
 
 
 def test_vit_base_patch16_224_counts_to_the_unit():
@@ -21,8 +25,10 @@ def test_vit_base_patch16_224_counts_to_the_unit():
         "block.attn": 2_362_368,
         "block.mlp": 4_722_432,
         "block.norms": 3_072,
+        "block.layerscale": 0,
         "blocks": 85_054_464,
         "norm": 1_536,
+        "attn_pool": 0,
         "head": 769_000,
         "total": 86_567_656,
     }
@@ -30,10 +36,7 @@ def test_vit_base_patch16_224_counts_to_the_unit():
 
 
 def test_registry_covers_every_timm_name_of_the_family():
-    import re
-
-    pattern = r"vit_(tiny|small|base|large|huge)_patch(8|14|16|32)_(224|384)"
-    timm_names = {n for n in timm.list_models("vit_*") if re.fullmatch(pattern, n)}
+    timm_names = {n for n in timm.list_models("vit_*") if re.fullmatch(PLAIN, n)}
     assert timm_names == set(STANDARD)
 
 
@@ -53,10 +56,12 @@ def test_every_variant_matches_timm_tensor_by_tensor(name, num_classes):
 def test_parts_add_up_to_the_total(name, overrides):
     with torch.device("meta"):
         parts = param_breakdown(vitkit.create_model(name, **overrides))
-    summed = sum(parts[k] for k in ("patch_embed", "pos_embed", "tokens", "blocks", "norm", "head"))
+    summed = sum(parts[k] for k in ("patch_embed", "pos_embed", "tokens", "blocks", "norm",
+                                    "attn_pool", "head"))
     assert summed == parts["total"]
     assert parts["blocks"] == model_args(name)["depth"] * (
         parts["block.attn"] + parts["block.mlp"] + parts["block.norms"]
+        + parts["block.layerscale"]
     )
 
 

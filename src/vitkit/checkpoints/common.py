@@ -14,8 +14,8 @@ from vitkit.models.pos_embed import to_grid
 from vitkit.models.registry import VARIANTS
 
 StateDict = dict[str, torch.Tensor]
-__all__ = ["Checkpoint", "CheckpointError", "StateDict", "cnn_refusal", "infer_grid",
-           "infer_num_heads", "refuse", "strip_prefix"]
+__all__ = ["Checkpoint", "CheckpointError", "StateDict", "cnn_refusal", "full_state",
+           "infer_grid", "infer_num_heads", "new_options_refusal", "refuse", "strip_prefix"]
 
 
 
@@ -35,6 +35,27 @@ def refuse(fmt: str, problems: list[str], advice: str = "") -> None:
     if problems:
         raise CheckpointError(f"cannot export to {fmt}: the model " + "; ".join(problems)
                               + ". " + (advice or "Export with --to vitkit."))
+
+
+def full_state(model) -> StateDict:
+    """The model's state dict with a zero head bias where the model has none (CLIP's
+    projection): layouts whose head always has a bias hold it exactly that way."""
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    if "head.weight" in state and "head.bias" not in state:
+        state["head.bias"] = torch.zeros(state["head.weight"].shape[0])
+    return state
+
+
+def new_options_refusal(cfg) -> list[str]:
+    """The options of DINOv2, DeiT-III, CLIP and SigLIP that the classic layouts (Hugging Face
+    ViT, torchvision, JAX vision_transformer) cannot hold."""
+    return [msg for bad, msg in [
+        (cfg.init_values is not None, "has LayerScale (DINOv2/DeiT-III)"),
+        (cfg.pre_norm, "has a LayerNorm before the blocks (CLIP)"),
+        (cfg.act != "gelu", f"uses {cfg.act} instead of exact GELU"),
+        (cfg.pool == "map", "pools by attention (a MAP head)"),
+        (not cfg.patch_bias, "has no patch-embedding bias"),
+    ] if bad]
 
 
 def cnn_refusal(cfg) -> list[str]:

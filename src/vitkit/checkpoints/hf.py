@@ -17,6 +17,8 @@ from vitkit.checkpoints.common import (
     CheckpointError,
     StateDict,
     cnn_refusal,
+    full_state,
+    new_options_refusal,
     refuse,
     strip_prefix,
 )
@@ -48,6 +50,11 @@ _TOP = {
 }
 
 
+# Hugging Face's hidden_act names -> vitkit's act (gelu_new is the tanh approximation)
+_HF_ACTS = {"gelu": "gelu", "quick_gelu": "quick_gelu", "gelu_pytorch_tanh": "gelu_tanh",
+            "gelu_new": "gelu_tanh"}
+
+
 def detect(ckpt: Checkpoint) -> bool:
     return any(k.endswith("embeddings.patch_embeddings.projection.weight") for k in ckpt.state)
 
@@ -56,9 +63,10 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
     if not config:
         raise CheckpointError("a Hugging Face ViT needs its config.json beside the weights "
                               "(load the folder save_pretrained wrote, not the bare file)")
-    if config.get("hidden_act", "gelu") != "gelu":
-        raise CheckpointError(f"hidden_act {config['hidden_act']!r} is not supported; vitkit's "
-                              "ViT uses exact GELU ('gelu')")
+    act = _HF_ACTS.get(config.get("hidden_act", "gelu"))
+    if act is None:
+        raise CheckpointError(f"hidden_act {config['hidden_act']!r} is not supported; vitkit "
+                              f"reads {', '.join(_HF_ACTS)}")
     state = strip_prefix(state, "vit.")
     state.pop("embeddings.mask_token", None)  # only used for masked-image-modelling
     depth = depth_of(state, r"encoder\.layer\.(\d+)\.")
@@ -89,7 +97,7 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
         embed_dim=config["hidden_size"], depth=config["num_hidden_layers"],
         num_heads=config["num_attention_heads"], mlp_dim=config["intermediate_size"],
         qkv_bias=config.get("qkv_bias", True), norm_eps=config.get("layer_norm_eps", 1e-12),
-        pre_logits=out["pre_logits.fc.weight"].shape[0] if has_pooler else 0,
+        pre_logits=out["pre_logits.fc.weight"].shape[0] if has_pooler else 0, act=act,
     )
     extra = {}
     labels = config.get("id2label") or {}
@@ -103,7 +111,7 @@ def refusals(cfg) -> list[str]:
     can)."""
     if cnn_refusal(cfg):
         return cnn_refusal(cfg)
-    return [msg for bad, msg in [
+    return new_options_refusal(cfg) + [msg for bad, msg in [
         (cfg.pool != "cls" or not cfg.class_token, "pools by average (HF ViT pools [CLS])"),
         (cfg.distilled, "is distilled (use --to timm for DeiT)"),
         (cfg.num_reg_tokens > 0, "has register tokens"),
@@ -148,7 +156,7 @@ def from_vitkit(model) -> tuple[StateDict, dict]:
     (or ``ViTModel`` with a pooler when the model has a pre-logits layer and no head)."""
     cfg = model.cfg
     refuse("Hugging Face ViT", refusals(cfg), "Export with --to timm or vitkit.")
-    state = model.state_dict()
+    state = full_state(model)
     rename = {ours: theirs for ours, theirs in _TOP.items()}
     out: StateDict = {}
     with_head = cfg.num_classes > 0

@@ -23,7 +23,9 @@ from vitkit.checkpoints.common import (
     CheckpointError,
     StateDict,
     cnn_refusal,
+    full_state,
     infer_grid,
+    new_options_refusal,
     refuse,
 )
 from vitkit.checkpoints.writing import atomic_write
@@ -135,7 +137,7 @@ def refusals(cfg) -> list[str]:
     can)."""
     if cnn_refusal(cfg):
         return cnn_refusal(cfg)
-    return [msg for bad, msg in [
+    return new_options_refusal(cfg) + [msg for bad, msg in [
         (cfg.distilled, "has a distillation token"),
         (cfg.num_reg_tokens > 0, "has register tokens"),
         (cfg.fc_norm, "normalises after pooling (fc_norm)"),
@@ -159,7 +161,7 @@ def from_vitkit(model) -> dict[str, np.ndarray]:
     """vitkit model -> arrays in google-research/vision_transformer's npz layout."""
     cfg = model.cfg
     refuse("jax", refusals(cfg), "Export with --to timm or vitkit.")
-    s = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
+    s = {k: v.float().cpu() for k, v in full_state(model).items()}
     h, d = cfg.num_heads, cfg.embed_dim // cfg.num_heads
     out = {
         "embedding/kernel": s["patch_embed.proj.weight"].permute(2, 3, 1, 0),

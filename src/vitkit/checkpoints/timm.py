@@ -14,6 +14,7 @@ from vitkit.checkpoints.common import (
     CheckpointError,
     StateDict,
     cnn_refusal,
+    full_state,
     infer_grid,
     refuse,
 )
@@ -39,10 +40,10 @@ def depth_of(state: StateDict, pattern: str) -> int:
 def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
     """timm keys -> (vitkit state dict, VisionTransformer kwargs, metadata)."""
     config = config or {}
-    model_args = dict(config.get("model_args") or {})
+    model_args = dict(config.get("model_args") or {})  # timm's argument names
     arch = config.get("architecture")
-    if arch in MODEL_ARGS:
-        model_args = {**MODEL_ARGS[arch], **model_args}
+    ours = MODEL_ARGS.get(arch, {})  # vitkit's names, for a registered architecture
+    model_args = {**ours, **model_args}
     w = state["patch_embed.proj.weight"]  # (D, C, P, P)
     width, in_chans, patch = w.shape[0], w.shape[1], w.shape[2]
     depth = depth_of(state, r"blocks\.(\d+)\.")
@@ -52,8 +53,19 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
     regs = state["reg_token"].shape[1] if "reg_token" in state else 0
     fc_norm = "fc_norm.weight" in state
     pool = "avg" if fc_norm or not class_token else "cls"
-    if config.get("global_pool") in ("avg", "token"):
-        pool = {"avg": "avg", "token": "cls"}[config["global_pool"]]
+    if config.get("global_pool") in ("avg", "token", "map"):
+        pool = {"avg": "avg", "token": "cls", "map": "map"}[config["global_pool"]]
+    if "attn_pool.latent" in state:
+        pool = "map"
+    pre_norm = "norm_pre.weight" in state
+    act = _ACTS.get(model_args.get("act_layer"), ours.get("act", "gelu"))
+    # every CLIP image tower (OpenAI, OpenCLIP, timm's vit_*_clip_*) uses LayerNorm eps 1e-5
+    default_eps = 1e-5 if pre_norm else 1e-6
+    if pre_norm and "act_layer" not in model_args and "act" not in ours:
+        notes.append("a CLIP-style model (LayerNorm before the blocks): LayerNorm eps 1e-5 and "
+                     "GELU assumed; OpenAI CLIP weights use QuickGELU: pass the timm "
+                     "config.json with its architecture (e.g. "
+                     "vit_base_patch16_clip_quickgelu_224)")
     heads = model_args.get("num_heads")  # None: the loader infers it from the family table
     prefix = int(class_token) + int(distilled) + regs
     img_size = model_args.get("img_size")
@@ -71,9 +83,17 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
         class_token=class_token, distilled=distilled, num_reg_tokens=regs,
         no_embed_class=prefix > 0 and not has_prefix, fc_norm=fc_norm,
         qkv_bias="blocks.0.attn.qkv.bias" in state, pre_logits=pre_logits,
-        norm_eps=config.get("norm_eps", 1e-6),
+        norm_eps=config.get("norm_eps", ours.get("norm_eps", default_eps)),
+        init_values=(model_args.get("init_values") or 1e-5)
+        if "blocks.0.ls1.gamma" in state else None,
+        pre_norm=pre_norm, patch_bias="patch_embed.proj.bias" in state, act=act,
+        head_bias="head.bias" in state or "head.weight" not in state,
     )
     return dict(state), kwargs, _metadata(config)
+
+
+# timm's act_layer names -> vitkit's act
+_ACTS = {"gelu": "gelu", "quick_gelu": "quick_gelu", "gelu_tanh": "gelu_tanh"}
 
 
 def _metadata(config: dict) -> dict:
@@ -90,7 +110,12 @@ def refusals(cfg) -> list[str]:
     """Why timm's ``VisionTransformer`` cannot hold this model (empty when it can)."""
     if cnn_refusal(cfg):
         return cnn_refusal(cfg)
-    return ["has a pre-logits layer (timm's ViT has none)"] if cfg.pre_logits else []
+    return [msg for bad, msg in [
+        (cfg.pre_logits, "has a pre-logits layer (timm's ViT has none)"),
+        (cfg.pre_norm and cfg.patch_bias,
+         "has a patch-embedding bias and a LayerNorm before the blocks (timm's pre-norm ViT "
+         "has no patch bias)"),
+    ] if bad]
 
 
 def write(model, dst: Path) -> Path:
@@ -111,14 +136,17 @@ def from_vitkit(model) -> tuple[StateDict, dict]:
     """vitkit model -> (timm state dict, timm hub ``config.json``)."""
     cfg = model.cfg
     refuse("timm", refusals(cfg), "Export with --to vitkit, or hf/jax for a pre-logits layer.")
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    state = full_state(model)  # timm always has a head bias: a zero one where vitkit has none
+    if not cfg.pre_norm:
+        state.setdefault("patch_embed.proj.bias", torch.zeros(cfg.embed_dim))
     model_args = dict(
         img_size=list(cfg.img_size), patch_size=cfg.patch_size, in_chans=cfg.in_chans,
         embed_dim=cfg.embed_dim, depth=cfg.depth, num_heads=cfg.num_heads,
         mlp_ratio=cfg.mlp_dim / cfg.embed_dim, qkv_bias=cfg.qkv_bias,
         class_token=cfg.class_token, reg_tokens=cfg.num_reg_tokens,
         no_embed_class=cfg.no_embed_class, fc_norm=cfg.fc_norm,
-        global_pool={"cls": "token", "avg": "avg"}[cfg.pool],
+        global_pool={"cls": "token", "avg": "avg", "map": "map"}[cfg.pool],
+        init_values=cfg.init_values, pre_norm=cfg.pre_norm, act_layer=cfg.act,
     )
     name = cfg.extra.get("name", "vit_custom")
     if cfg.distilled:

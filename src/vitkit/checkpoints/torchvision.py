@@ -14,7 +14,9 @@ from vitkit.checkpoints.common import (
     CheckpointError,
     StateDict,
     cnn_refusal,
+    full_state,
     infer_grid,
+    new_options_refusal,
     refuse,
 )
 from vitkit.checkpoints.timm import depth_of
@@ -83,7 +85,7 @@ def refusals(cfg) -> list[str]:
     """Why torchvision's ``VisionTransformer`` cannot hold this model (empty when it can)."""
     if cnn_refusal(cfg):
         return cnn_refusal(cfg)
-    return [msg for bad, msg in [
+    return new_options_refusal(cfg) + [msg for bad, msg in [
         (cfg.pool != "cls", "pools by average (torchvision pools [CLS])"),
         (cfg.distilled, "has a distillation token"),
         (cfg.num_reg_tokens > 0, "has register tokens"),
@@ -107,7 +109,7 @@ def write(model, dst: Path) -> Path:
 def from_vitkit(model) -> tuple[StateDict, dict]:
     cfg = model.cfg
     refuse("torchvision", refusals(cfg), "Export with --to timm or vitkit.")
-    state = {_rename(k, _RENAMES): v.detach().contiguous() for k, v in model.state_dict().items()}
+    state = {_rename(k, _RENAMES): v for k, v in full_state(model).items()}
     args = dict(image_size=cfg.img_size[0], patch_size=cfg.patch_size, num_layers=cfg.depth,
                 num_heads=cfg.num_heads, hidden_dim=cfg.embed_dim, mlp_dim=cfg.mlp_dim,
                 num_classes=cfg.num_classes, representation_size=cfg.pre_logits or None)

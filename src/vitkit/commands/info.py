@@ -35,6 +35,29 @@ def _g(x: int) -> str:
     return f"{x / 1e9:,.3f}"
 
 
+def _options(cfg: ViTConfig) -> list[str]:
+    """One line per part this model adds to the plain ViT, and what it does."""
+    said = [
+        (cfg.init_values is not None,
+         f"LayerScale: each residual branch is scaled per channel by a learned gamma (init "
+         f"{cfg.init_values or 0:g}), so deep models start close to the identity (CaiT, "
+         "DeiT-III, DINOv2)"),
+        (cfg.num_reg_tokens > 0,
+         f"{cfg.num_reg_tokens} register tokens: extra prefix tokens that give attention a "
+         "place to park global information, so patches keep clean maps (Darcet et al. 2023)"),
+        (cfg.no_embed_class, "patch-only position table: the prefix tokens get no position"),
+        (cfg.pre_norm, "a LayerNorm on the tokens before the blocks (CLIP's ln_pre); no "
+                       "patch-embedding bias" if not cfg.patch_bias else
+         "a LayerNorm on the tokens before the blocks (CLIP's ln_pre)"),
+        (cfg.act == "quick_gelu", "QuickGELU x * sigmoid(1.702 x) in the MLPs (OpenAI CLIP)"),
+        (cfg.act == "gelu_tanh", "tanh-approximated GELU in the MLPs"),
+        (cfg.pool == "map", "attention pooling (MAP head): a learned query attends over every "
+                            "token, then LayerNorm and MLP; no [CLS] (SigLIP)"),
+        (not cfg.head_bias, "a head without bias (CLIP's projection)"),
+    ]
+    return [f"  + {text}" for on, text in said if on]
+
+
 def describe(name: str, img_size: int | None = None, patch_size: int | None = None) -> str:
     """The text ``vitkit info`` prints."""
     cfg = build_config(name, img_size, patch_size)
@@ -43,27 +66,34 @@ def describe(name: str, img_size: int | None = None, patch_size: int | None = No
     parts = param_breakdown(model)
     cost: Cost = flop_model(cfg)
     gh, gw = cfg.grid_size
-    per_block = parts["block.attn"] + parts["block.mlp"] + parts["block.norms"]
+    per_block = (parts["block.attn"] + parts["block.mlp"] + parts["block.norms"]
+                 + parts["block.layerscale"])
     lines = [
         f"{name}: image {cfg.img_size[0]}x{cfg.img_size[1]}, patch {cfg.patch_size}, "
         f"grid {gh}x{gw}, pool {cfg.pool}",
         f"width {cfg.embed_dim}, depth {cfg.depth}, heads {cfg.num_heads} "
         f"(head dim {cfg.embed_dim // cfg.num_heads}), MLP {cfg.mlp_dim}, "
         f"prefix tokens {cfg.num_prefix_tokens}, LayerNorm eps {cfg.norm_eps:g}",
+        *_options(cfg),
         "",
         "Parameters",
     ]
     rows = [
         ("patch embedding", parts["patch_embed"]),
-        (f"position table ({cfg.num_prefix_tokens + gh * gw} x {cfg.embed_dim})",
+        (f"position table ({cfg.num_pos_prefix + gh * gw} x {cfg.embed_dim})",
          parts["pos_embed"]),
         ("prefix tokens ([CLS], dist., registers)", parts["tokens"]),
         ("  per block: attention (qkv + proj)", parts["block.attn"]),
         ("  per block: MLP", parts["block.mlp"]),
         ("  per block: 2 LayerNorms", parts["block.norms"]),
+        *([("  per block: 2 LayerScales (x * gamma)", parts["block.layerscale"])]
+          if parts["block.layerscale"] else []),
         ("  per block: total", per_block),
         (f"blocks (x{cfg.depth})", parts["blocks"]),
-        ("final LayerNorm", parts["norm"]),
+        ("LayerNorms outside the blocks" if cfg.pre_norm else "final LayerNorm",
+         parts["norm"]),
+        *([("MAP head (query, keys/values, proj, MLP)", parts["attn_pool"])]
+          if parts["attn_pool"] else []),
         (f"head ({cfg.num_classes} classes)", parts["head"]),
         ("total", parts["total"]),
     ]
@@ -82,7 +112,7 @@ def describe(name: str, img_size: int | None = None, patch_size: int | None = No
         ("patch embedding  N*D*C*P^2", cost.patch_embed),
         (f"linear  {cfg.depth} x T*(4D^2 + 2D*Dm)", cost.linear),
         (f"attention  {cfg.depth} x 2*T^2*D", cost.attention),
-        ("head  D*classes", cost.head),
+        ("head  D*classes" + (" + MAP head" if cfg.pool == "map" else ""), cost.head),
         ("total", cost.macs),
     ]
     for label, macs in terms:

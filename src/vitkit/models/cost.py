@@ -6,7 +6,7 @@ image with N patches and T = N + prefix tokens:
     patch embedding   N * D * C * P^2
     per block linear  T * (3D^2 + D^2 + 2 D Dm)      qkv, output projection, MLP  (~12 T D^2)
     per block attn    2 * T^2 * D                     q k^T and attn @ v
-    head              D * num_classes
+    head              D * num_classes, plus a MAP head's query, keys/values, attention and MLP
 
 LayerNorm, softmax, GELU and the residual adds are elementwise (O(T D)) and left out.
 """
@@ -32,8 +32,10 @@ def param_breakdown(model) -> dict[str, int]:
     """Parameters by part of a :class:`VisionTransformer`, counted from its tensors.
 
     Keys: patch_embed, pos_embed, tokens ([CLS], distillation, registers), block.attn,
-    block.mlp, block.norms (one block), blocks (all), norm (final LayerNorm, before or after
-    pooling), head (with a pre-logits layer and a distillation head if present), total.
+    block.mlp, block.norms, block.layerscale (one block), blocks (all), norm (the LayerNorms
+    outside the blocks: before them (CLIP), and the final one before or after pooling),
+    attn_pool (a MAP head), head (with a pre-logits layer and a distillation head if present),
+    total.
     """
     block = model.blocks[0]
     parts = {
@@ -43,8 +45,10 @@ def param_breakdown(model) -> dict[str, int]:
         "block.attn": _count(block.attn),
         "block.mlp": _count(block.mlp),
         "block.norms": _count(block.norm1) + _count(block.norm2),
+        "block.layerscale": _count(block.ls1) + _count(block.ls2),
         "blocks": _count(model.blocks),
-        "norm": _count(model.norm) + _count(model.fc_norm),
+        "norm": _count(model.norm) + _count(model.fc_norm) + _count(model.norm_pre),
+        "attn_pool": _count(model.attn_pool),
         "head": _count(model.head) + _count(model.head_dist) + _count(model.pre_logits),
     }
     parts["total"] = _count(model)
@@ -91,5 +95,6 @@ def flop_model(cfg: ViTConfig, readout_only: bool = False) -> Cost:
         linear=cfg.depth * t * (4 * d * d + 2 * d * dm) - skipped * (2 * d * d + 2 * d * dm),
         attention=cfg.depth * 2 * t * t * d - skipped * 2 * t * d,
         head=(cfg.pre_logits * (d + cfg.num_classes) if cfg.pre_logits else d * cfg.num_classes)
-        * (2 if cfg.distilled else 1),
+        * (2 if cfg.distilled else 1)
+        + (2 * d * d + 2 * t * d * d + 2 * t * d + 2 * d * dm if cfg.pool == "map" else 0),
     )

@@ -62,6 +62,8 @@ def applies(model: nn.Module, x: torch.Tensor) -> bool:
         and not torch.is_autocast_enabled("cpu")  # autocast chooses dtypes per op
         and not torch.compiler.is_compiling()
         and not _hooked(model)
+        # the in-place blocks compute exact GELU without LayerScale; other blocks run as written
+        and model.cfg.init_values is None and model.cfg.act == "gelu"
     )
 
 

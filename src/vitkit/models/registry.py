@@ -3,6 +3,12 @@
 Names follow timm: ``vit_{size}_patch{P}_{img}``. The standard sizes (Ti/S/B/L/H) are the ones in
 the literature; ``nano`` and ``micro`` are vitkit's own small variants for CPU work on 32x32
 images with 4x4 patches (64 tokens), where most first runs happen.
+
+The families built on the plain ViT keep timm's names too, as options of the one model
+(``FAMILIES``): DINOv2 (LayerScale, patch 14 at 518, registers), DeiT-III (LayerScale, a
+patch-only table), CLIP's image tower (a LayerNorm before the blocks, no patch bias, eps 1e-5,
+QuickGELU for OpenAI's weights) and SigLIP (no [CLS], attention pooling). MAE and DINO v1 are
+plain ViTs (``vit_base_patch16_224``, ``vit_small_patch8_224``, ...) without a head.
 """
 
 from __future__ import annotations
@@ -18,8 +24,10 @@ VARIANTS: dict[str, tuple[int, int, int, int]] = {
     "tiny": (192, 12, 3, 768),  # Ti
     "small": (384, 12, 6, 1536),  # S
     "base": (768, 12, 12, 3072),  # B
+    "medium": (512, 12, 8, 2048),  # DeiT-III M
     "large": (1024, 24, 16, 4096),  # L
     "huge": (1280, 32, 16, 5120),  # H
+    "so400m": (1152, 27, 16, 4304),  # SigLIP's shape-optimised 400M
 }
 
 # (size, patch, image side): the standard ones are exactly those timm defines.
@@ -41,6 +49,50 @@ MODEL_ARGS: dict[str, dict] = {
     )
     for size, patch, img in _MODELS
 }
+
+
+# family -> the options it adds to the plain ViT (timm's defaults for those names)
+FAMILIES: dict[str, dict] = {
+    "dinov2": dict(init_values=1e-5, num_classes=0),
+    "reg4_dinov2": dict(init_values=1e-5, num_reg_tokens=4, no_embed_class=True, num_classes=0),
+    "deit3": dict(init_values=1e-6, no_embed_class=True),
+    "clip": dict(pre_norm=True, patch_bias=False, norm_eps=1e-5),
+    "clip_quickgelu": dict(pre_norm=True, patch_bias=False, norm_eps=1e-5, act="quick_gelu",
+                           num_classes=512),
+    "siglip": dict(class_token=False, pool="map", num_classes=0),
+}
+# (name, size, patch, image side, family, extra options)
+_FAMILY_MODELS: list[tuple[str, str, int, int, str, dict]] = [
+    *[(f"vit_{s}_patch14_dinov2", s, 14, 518, "dinov2", {}) for s in ("small", "base", "large")],
+    *[(f"vit_{s}_patch14_reg4_dinov2", s, 14, 518, "reg4_dinov2", {})
+      for s in ("small", "base", "large")],
+    *[(f"deit3_{s}_patch16_{i}", s, 16, i, "deit3", {})
+      for s in ("small", "base", "large") for i in (224, 384)],
+    ("deit3_medium_patch16_224", "medium", 16, 224, "deit3", {}),
+    ("deit3_huge_patch14_224", "huge", 14, 224, "deit3", {}),
+    ("vit_base_patch16_clip_224", "base", 16, 224, "clip", {}),
+    ("vit_base_patch16_clip_384", "base", 16, 384, "clip", {}),
+    ("vit_base_patch32_clip_224", "base", 32, 224, "clip", {}),
+    ("vit_large_patch14_clip_224", "large", 14, 224, "clip", {}),
+    ("vit_large_patch14_clip_336", "large", 14, 336, "clip", {}),
+    ("vit_base_patch16_clip_quickgelu_224", "base", 16, 224, "clip_quickgelu", {}),
+    ("vit_base_patch32_clip_quickgelu_224", "base", 32, 224, "clip_quickgelu", {}),
+    ("vit_large_patch14_clip_quickgelu_224", "large", 14, 224, "clip_quickgelu",
+     dict(num_classes=768)),
+    ("vit_large_patch14_clip_quickgelu_336", "large", 14, 336, "clip_quickgelu",
+     dict(num_classes=768)),
+    *[(f"vit_base_patch16_siglip_{i}", "base", 16, i, "siglip", {}) for i in (224, 256, 384)],
+    *[(f"vit_large_patch16_siglip_{i}", "large", 16, i, "siglip", {}) for i in (256, 384)],
+    # timm's vit_so400m_patch14_siglip_384 drops the last 6 pixel rows (384 = 27 * 14 + 6);
+    # vitkit refuses sizes the patches do not tile, so it is not registered
+    *[(f"vit_so400m_patch14_siglip_{i}", "so400m", 14, i, "siglip", {}) for i in (224, 378)],
+]
+MODEL_ARGS.update({
+    name: dict(img_size=img, patch_size=patch, embed_dim=VARIANTS[size][0],
+               depth=VARIANTS[size][1], num_heads=VARIANTS[size][2], mlp_dim=VARIANTS[size][3],
+               **{**FAMILIES[family], **extra})
+    for name, size, patch, img, family, extra in _FAMILY_MODELS
+})
 
 
 def list_models(pattern: str | None = None) -> list[str]:

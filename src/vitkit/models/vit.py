@@ -5,8 +5,13 @@ N = (H/P)(W/P). Prefix tokens ([CLS], registers) are prepended, a learned positi
 added, pre-norm transformer blocks run, a final LayerNorm normalises, and a linear head
 classifies the pooled vector (the [CLS] output, or the mean of the patch tokens).
 
-Parameter names follow timm (``patch_embed.proj``, ``blocks.N.attn.qkv``, ...), so a timm state
-dict is our state dict.
+Options of the one model cover the families people use: LayerScale (``init_values``; DINOv2,
+DeiT-III), register tokens, a patch-only position table, a LayerNorm before the blocks
+(``pre_norm``; CLIP), QuickGELU or tanh GELU (``act``), attention pooling by a learned query
+(``pool="map"``; SigLIP) and a head without bias (CLIP's projection).
+
+Parameter names follow timm (``patch_embed.proj``, ``blocks.N.attn.qkv``, ``blocks.N.ls1.gamma``,
+``norm_pre``, ``attn_pool.latent``, ...), so a timm state dict is our state dict.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ class ViTConfig:
     depth: int = 12
     num_heads: int = 12
     mlp_dim: int = 3072
-    pool: str = "cls"  # "cls" | "avg"
+    pool: str = "cls"  # "cls" | "avg" | "map" (attention pooling by a learned query, SigLIP)
     class_token: bool = True
     distilled: bool = False  # DeiT: a distillation token after [CLS] and a second head
     num_reg_tokens: int = 0
@@ -44,6 +49,11 @@ class ViTConfig:
     pre_logits: int = 0  # size of a Linear + tanh "representation" layer before the head; 0: none
     fc_norm: bool = False  # avg pooling only: LayerNorm after pooling (timm) instead of before
     qkv_bias: bool = True
+    init_values: float | None = None  # LayerScale: a learned per-channel scale on each branch
+    pre_norm: bool = False  # a LayerNorm on the tokens before the blocks (CLIP's ln_pre)
+    patch_bias: bool = True  # CLIP's patch embedding has no bias
+    act: str = "gelu"  # "gelu" (exact) | "gelu_tanh" | "quick_gelu" (OpenAI CLIP)
+    head_bias: bool = True  # CLIP's projection has none
     norm_eps: float = 1e-6
     drop_rate: float = 0.0
     attn_drop_rate: float = 0.0
@@ -53,8 +63,10 @@ class ViTConfig:
 
     def __post_init__(self) -> None:
         self.img_size = to_grid(self.img_size)
-        if self.pool not in ("cls", "avg"):
-            raise ValueError(f"pool must be 'cls' or 'avg', got {self.pool!r}")
+        if self.pool not in ("cls", "avg", "map"):
+            raise ValueError(f"pool must be 'cls', 'avg' or 'map', got {self.pool!r}")
+        if self.act not in ACTIVATIONS:
+            raise ValueError(f"act must be one of {', '.join(ACTIVATIONS)}, got {self.act!r}")
         if self.pool == "cls" and not self.class_token:
             raise ValueError("pool='cls' needs class_token=True; use pool='avg' without one")
         if self.distilled and not (self.class_token and self.pool == "cls"):
@@ -79,8 +91,8 @@ class ViTConfig:
     @property
     def readout_rows(self) -> tuple[int, ...] | None:
         """The token rows the head reads: (0,) [CLS], (0, 1) with DeiT's distillation token,
-        None for average pooling."""
-        if self.pool == "avg":
+        None for average or attention pooling (every token feeds the head)."""
+        if self.pool in ("avg", "map"):
             return None
         return (0, 1) if self.distilled else (0,)
 
@@ -141,10 +153,11 @@ class AttentionMaps(list):
 class PatchEmbed(nn.Module):
     """(B, C, H, W) -> (B, gh*gw, D) with a Conv2d of kernel = stride = P."""
 
-    def __init__(self, patch_size: int, in_chans: int, embed_dim: int) -> None:
+    def __init__(self, patch_size: int, in_chans: int, embed_dim: int, bias: bool = True) -> None:
         super().__init__()
         self.patch_size = patch_size
-        self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=patch_size, stride=patch_size)
+        self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=patch_size, stride=patch_size,
+                              bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         patch_grid(x.shape[-2:], self.patch_size)  # refuse to drop rows or columns
@@ -205,13 +218,27 @@ class Attention(nn.Module):
         return self.proj_drop(self.proj(x)), attn
 
 
-class Mlp(nn.Module):
-    """Linear -> exact GELU -> Linear: (B, T, D) -> (B, T, D)."""
+class QuickGELU(nn.Module):
+    """x * sigmoid(1.702 x), the activation of OpenAI's CLIP."""
 
-    def __init__(self, dim: int, hidden_dim: int, drop: float = 0.0) -> None:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(1.702 * x)
+
+
+ACTIVATIONS = {
+    "gelu": nn.GELU,
+    "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
+    "quick_gelu": QuickGELU,
+}
+
+
+class Mlp(nn.Module):
+    """Linear -> activation (exact GELU unless ``act`` says) -> Linear: (B, T, D) -> (B, T, D)."""
+
+    def __init__(self, dim: int, hidden_dim: int, drop: float = 0.0, act: str = "gelu") -> None:
         super().__init__()
         self.fc1 = nn.Linear(dim, hidden_dim)
-        self.act = nn.GELU()
+        self.act = ACTIVATIONS[act]()
         self.fc2 = nn.Linear(hidden_dim, dim)
         self.drop = nn.Dropout(drop)
 
@@ -237,27 +264,69 @@ class DropPath(nn.Module):
         return f"p={self.p}"
 
 
+class LayerScale(nn.Module):
+    """A learned per-channel scale on a residual branch (CaiT, DeiT-III, DINOv2): x * gamma."""
+
+    def __init__(self, dim: int, init_values: float) -> None:
+        super().__init__()
+        self.init_values = init_values
+        self.gamma = nn.Parameter(torch.full((dim,), float(init_values)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gamma
+
+
 class Block(nn.Module):
-    """Pre-norm transformer block: x + attn(LN(x)), then x + mlp(LN(x))."""
+    """Pre-norm transformer block: x + ls1(attn(LN(x))), then x + ls2(mlp(LN(x))); the
+    LayerScales are identities unless ``init_values`` is given."""
 
     def __init__(
         self, dim: int, num_heads: int, mlp_dim: int, qkv_bias: bool = True,
         drop: float = 0.0, attn_drop: float = 0.0, drop_path: float = 0.0, eps: float = 1e-6,
+        init_values: float | None = None, act: str = "gelu",
     ) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=eps)
         self.attn = Attention(dim, num_heads, qkv_bias, attn_drop, drop)
+        self.ls1 = LayerScale(dim, init_values) if init_values is not None else nn.Identity()
         self.drop_path1 = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=eps)
-        self.mlp = Mlp(dim, mlp_dim, drop)
+        self.mlp = Mlp(dim, mlp_dim, drop, act)
+        self.ls2 = LayerScale(dim, init_values) if init_values is not None else nn.Identity()
         self.drop_path2 = DropPath(drop_path)
 
     def forward(self, x: torch.Tensor, return_attn: bool = False, rows: int | None = None):
         """(B, T, D) -> (B, T, D) and maps; with ``rows``, the first ``rows`` tokens only."""
         y, attn = self.attn(self.norm1(x), return_attn, rows)
-        x = (x if rows is None else x[:, :rows]) + self.drop_path1(y)
-        x = x + self.drop_path2(self.mlp(self.norm2(x)))
+        x = (x if rows is None else x[:, :rows]) + self.drop_path1(self.ls1(y))
+        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
         return x, attn  # (B, T or rows, D), (B, h, T or rows, T) or None
+
+
+class MapHead(nn.Module):
+    """Multi-head attention pooling (big_vision's MAP head, timm's ``attn_pool``): a learned
+    query attends over every token, then a residual MLP on LayerNorm.
+    (B, T, D) -> (B, D), and the query's attention (B, heads, T) when asked."""
+
+    def __init__(self, dim: int, num_heads: int, mlp_dim: int, eps: float, act: str) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.latent = nn.Parameter(torch.zeros(1, 1, dim))
+        self.q = nn.Linear(dim, dim)
+        self.kv = nn.Linear(dim, 2 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim, eps=eps)
+        self.mlp = Mlp(dim, mlp_dim, act=act)
+
+    def forward(self, x: torch.Tensor, return_attn: bool = False):
+        B, T, D = x.shape
+        h, d = self.num_heads, D // self.num_heads
+        q = self.q(self.latent).reshape(1, 1, h, d).transpose(1, 2).expand(B, -1, -1, -1)
+        k, v = self.kv(x).reshape(B, T, 2, h, d).permute(2, 0, 3, 1, 4).unbind(0)
+        y, attn = sdpa_attention(q, k, v, 0.0, return_attn)  # (B, h, 1, d), (B, h, 1, T)
+        y = self.proj(y.transpose(1, 2).reshape(B, 1, D))
+        y = (y + self.mlp(self.norm(y)))[:, 0]  # (B, D)
+        return (y, attn[:, :, 0]) if return_attn else y
 
 
 class VisionTransformer(nn.Module):
@@ -279,7 +348,7 @@ class VisionTransformer(nn.Module):
         # CPU inference without autograd computes the blocks in place (models/inference.py)
         self.fused_inference = True
 
-        self.patch_embed = PatchEmbed(cfg.patch_size, cfg.in_chans, D)
+        self.patch_embed = PatchEmbed(cfg.patch_size, cfg.in_chans, D, cfg.patch_bias)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if cfg.class_token else None
         self.dist_token = nn.Parameter(torch.zeros(1, 1, D)) if cfg.distilled else None
         self.reg_token = (
@@ -288,16 +357,19 @@ class VisionTransformer(nn.Module):
         gh, gw = cfg.grid_size
         self.pos_embed = nn.Parameter(torch.zeros(1, cfg.num_pos_prefix + gh * gw, D))
         self.pos_drop = nn.Dropout(cfg.drop_rate)
+        self.norm_pre = nn.LayerNorm(D, eps=cfg.norm_eps) if cfg.pre_norm else nn.Identity()
         # stochastic depth rises linearly from 0 at the first block to drop_path_rate at the last
         rates = [cfg.drop_path_rate * i / max(cfg.depth - 1, 1) for i in range(cfg.depth)]
         self.blocks = nn.ModuleList(
             Block(D, cfg.num_heads, cfg.mlp_dim, cfg.qkv_bias, cfg.drop_rate,
-                  cfg.attn_drop_rate, rate, cfg.norm_eps)
+                  cfg.attn_drop_rate, rate, cfg.norm_eps, cfg.init_values, cfg.act)
             for rate in rates
         )
         # Pre-norm needs a final LayerNorm: on all tokens, or (fc_norm) on the pooled vector.
         self.norm = nn.Identity() if cfg.fc_norm else nn.LayerNorm(D, eps=cfg.norm_eps)
         self.fc_norm = nn.LayerNorm(D, eps=cfg.norm_eps) if cfg.fc_norm else nn.Identity()
+        self.attn_pool = MapHead(D, cfg.num_heads, cfg.mlp_dim, cfg.norm_eps, cfg.act) \
+            if cfg.pool == "map" else None
         self.pre_logits = (
             nn.Sequential(OrderedDict(fc=nn.Linear(D, cfg.pre_logits), act=nn.Tanh()))
             if cfg.pre_logits else nn.Identity()
@@ -319,6 +391,10 @@ class VisionTransformer(nn.Module):
                 nn.init.trunc_normal_(m.weight, std=0.02)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
+            elif isinstance(m, LayerScale):
+                nn.init.constant_(m.gamma, m.init_values)
+        if self.attn_pool is not None:
+            nn.init.trunc_normal_(self.attn_pool.latent, std=self.cfg.embed_dim ** -0.5)
 
     def _prefix_params(self) -> list[nn.Parameter]:
         """The learned prefix tokens in sequence order: [CLS], distillation, registers."""
@@ -327,9 +403,11 @@ class VisionTransformer(nn.Module):
     def _new_head(self, num_classes: int) -> nn.Module:
         if num_classes <= 0:
             return nn.Identity()
-        head = nn.Linear(self.cfg.pre_logits or self.cfg.embed_dim, num_classes)
+        head = nn.Linear(self.cfg.pre_logits or self.cfg.embed_dim, num_classes,
+                         bias=self.cfg.head_bias)
         nn.init.trunc_normal_(head.weight, std=0.02)
-        nn.init.zeros_(head.bias)
+        if head.bias is not None:
+            nn.init.zeros_(head.bias)
         return head
 
     @property
@@ -426,7 +504,7 @@ class VisionTransformer(nn.Module):
             raise ValueError(f"expected images (B, {self.cfg.in_chans}, H, W), got shape "
                              f"{tuple(x.shape)}")
         grid = patch_grid(x.shape[-2:], self.cfg.patch_size)
-        x = self._pos_embed(self.patch_embed(x), grid)
+        x = self.norm_pre(self._pos_embed(self.patch_embed(x), grid))
         wanted = set(self._layers_with_maps(attn_layers)) if return_attn else set()
         maps: dict[int, torch.Tensor] = {}
         last = len(self.blocks) - 1  # with ``rows``, computed for the readout rows only
@@ -459,9 +537,12 @@ class VisionTransformer(nn.Module):
         return x, AttentionMaps([maps[i] for i in layers], layers, grid, self.cfg)
 
     def pool(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, D) -> (B, D): the [CLS] output, or the mean of the patch tokens."""
+        """(B, T, D) -> (B, D): the [CLS] output, the mean of the patch tokens, or attention
+        pooling over every token (``pool="map"``)."""
         if self.cfg.pool == "cls":
             return x[:, 0]
+        if self.cfg.pool == "map":
+            return self.attn_pool(x)
         return x[:, self.num_prefix_tokens:].mean(dim=1)
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:

@@ -126,3 +126,78 @@ def test_layouts_refuse_what_they_cannot_hold(tmp_path, to, kw, reason):
     dst = {"hf": "hf", "jax": "m.npz", "torchvision": "m.pth", "timm": "m.pth"}[to]
     with pytest.raises(CheckpointError, match=reason):
         vitkit.export(model, tmp_path / dst, to=to)
+
+
+# ------------------------------------------------------- the layouts users download them in
+X56 = torch.randn(2, 3, 56, 56, generator=torch.Generator().manual_seed(0))
+SMALL_TOWER = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=56,
+                   patch_size=14)
+
+
+@pytest.mark.parametrize("registers", [0, 4], ids=["dinov2", "dinov2-registers"])
+def test_hugging_face_dinov2_folders_give_its_features(tmp_path, registers):
+    import transformers as T
+
+    if registers:
+        peer = T.Dinov2WithRegistersModel(T.Dinov2WithRegistersConfig(
+            **SMALL_TOWER, num_register_tokens=registers))
+    else:
+        peer = T.Dinov2Model(T.Dinov2Config(**SMALL_TOWER))
+    perturb(peer).save_pretrained(tmp_path)
+    model = vitkit.load_model(tmp_path)
+    assert (model.cfg.num_reg_tokens, model.cfg.init_values is not None) == (registers, True)
+    with torch.no_grad():
+        theirs = peer(pixel_values=X56)
+        assert max_diff(model(X56), theirs.pooler_output) < TOL
+        assert max_diff(model.forward_features(X56), theirs.last_hidden_state) < TOL
+
+
+def test_hugging_face_clip_and_siglip_towers_give_their_embeddings(tmp_path, vitkit_log):
+    import transformers as T
+
+    clip = perturb(T.CLIPVisionModelWithProjection(T.CLIPVisionConfig(
+        **SMALL_TOWER, intermediate_size=128, projection_dim=32)))
+    clip.save_pretrained(tmp_path / "clip")
+    model = vitkit.load_model(tmp_path / "clip")
+    assert (model.cfg.act, model.cfg.head_bias, model.num_classes) == ("quick_gelu", False, 32)
+    with torch.no_grad():
+        assert max_diff(model(X56), clip(pixel_values=X56).image_embeds) < TOL
+    siglip = perturb(T.SiglipVisionModel(T.SiglipVisionConfig(**SMALL_TOWER,
+                                                               intermediate_size=128)))
+    siglip.save_pretrained(tmp_path / "siglip")
+    model = vitkit.load_model(tmp_path / "siglip")
+    assert (model.cfg.pool, model.cfg.act, model.cfg.class_token) == ("map", "gelu_tanh", False)
+    with torch.no_grad():
+        assert max_diff(model(X56), siglip(pixel_values=X56).pooler_output) < TOL
+    full = perturb(T.CLIPModel(T.CLIPConfig(
+        vision_config=dict(SMALL_TOWER, intermediate_size=128),
+        text_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64), projection_dim=16)))
+    full.save_pretrained(tmp_path / "full")
+    model = vitkit.load_model(tmp_path / "full")
+    assert "the text tower" in vitkit_log.text and "is ignored" in vitkit_log.text
+    with torch.no_grad():
+        embeds = full.get_image_features(pixel_values=X56)  # a tensor in transformers 4
+        embeds = getattr(embeds, "pooler_output", embeds)
+        assert max_diff(model(X56), embeds) < TOL
+
+
+@pytest.mark.parametrize(("arch", "act"), [("ViT-B-32", "gelu"),
+                                           ("ViT-B-32-quickgelu", "quick_gelu")])
+def test_open_clip_state_dicts_give_its_image_embeddings(tmp_path, arch, act, vitkit_log):
+    import open_clip
+
+    peer = perturb(open_clip.create_model(arch, pretrained=None))
+    torch.save(peer.state_dict(), tmp_path / "clip.pth")
+    model = vitkit.load_model(tmp_path / "clip.pth", act=act)
+    assert "the text tower" in vitkit_log.text
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        assert max_diff(model(x), peer.encode_image(x)) < TOL
+    if act == "gelu":
+        assert "GELU assumed" in vitkit_log.text
+        (tmp_path / "hub").mkdir()
+        torch.save(peer.state_dict(), tmp_path / "hub" / "open_clip_pytorch_model.bin")
+        (tmp_path / "hub" / "open_clip_config.json").write_text(json.dumps(
+            {"model_cfg": {"quick_gelu": False, "vision_cfg": {"image_size": 224}}}))
+        assert vitkit.load_model(tmp_path / "hub").cfg.act == "gelu"

@@ -12,12 +12,25 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from vitkit.checkpoints import deit, hf, jax, native, resnet, timm, torchvision
+from vitkit.checkpoints import (
+    deit,
+    hf,
+    hf_clip,
+    hf_dinov2,
+    hf_siglip,
+    jax,
+    native,
+    openclip,
+    resnet,
+    timm,
+    torchvision,
+)
 from vitkit.checkpoints.common import CheckpointError
 
 # Detection order: the first whose detect() is true reads the file (DeiT before timm: DeiT is
-# timm's layout with a dist_token).
-FORMATS: tuple[ModuleType, ...] = (native, deit, timm, hf, torchvision, jax, resnet)
+# timm's layout with a dist_token; HF DINOv2 before HF ViT, whose patch keys it shares).
+FORMATS: tuple[ModuleType, ...] = (native, deit, timm, hf_dinov2, hf, hf_clip, hf_siglip,
+                                   openclip, torchvision, jax, resnet)
 EXPORTS: tuple[str, ...] = tuple(f.NAME for f in FORMATS if hasattr(f, "write"))
 
 

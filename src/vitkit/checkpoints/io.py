@@ -156,8 +156,9 @@ def read_checkpoint(source: str | os.PathLike) -> Checkpoint:
     config = None
     if path.is_dir():
         files = _weights_in(path)
-        if (path / "config.json").exists():
-            config = json.loads((path / "config.json").read_text())
+        for name in ("config.json", "open_clip_config.json"):
+            if config is None and (path / name).exists():
+                config = json.loads((path / name).read_text())
         if (path / "preprocessor_config.json").exists() and config is not None:
             config["preprocessor"] = json.loads((path / "preprocessor_config.json").read_text())
     else:
@@ -261,6 +262,7 @@ def load_model(
     *,
     pre_logits: bool = True,
     num_heads: int | None = None,
+    act: str | None = None,
     verbose: bool = True,
 ) -> VisionTransformer:
     """Build the ViT a checkpoint file or folder describes and load its weights.
@@ -271,7 +273,9 @@ def load_model(
     resolution interpolates the position table; each is said in one line on stderr. Anything
     else that does not fit is a :class:`CheckpointError` listing every offending key.
     ``pre_logits=False`` drops a pre-logits / pooler layer (JAX, torchvision, HF ``ViTModel``);
-    ``num_heads`` overrides the head count where the weights cannot tell (timm, torchvision).
+    ``num_heads`` overrides the head count where the weights cannot tell (timm, torchvision);
+    ``act`` the MLP activation ("quick_gelu" for OpenAI's CLIP weights in a layout that does not
+    say it).
     The returned model's ``load_record`` (a dict) keeps what was adapted: the format, missing and
     unexpected keys, notes, the replaced head and the interpolated grids.
     """
@@ -281,6 +285,8 @@ def load_model(
     fmt = detect_format(ckpt)
     notes: list[str] = []
     state, kwargs = _describe(ckpt, fmt, notes, pre_logits, num_classes, num_heads)
+    if act is not None:
+        kwargs["act"] = act
     cnn = kwargs.get("family") == "cnn"  # a ResNet baseline or teacher
     model = CNN(CNNConfig(**kwargs)) if cnn else VisionTransformer(ViTConfig(**kwargs))
     missing, unexpected = load_state(model, state, strict, verbose)

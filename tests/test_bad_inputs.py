@@ -105,6 +105,11 @@ def _read_only(monkeypatch):
     monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
 
 
+def _hub_offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", "/nonexistent/vitkit-hub-cache")
+
+
 # (command line with {ws} for the workspace, text the message must contain, set-up or None)
 CASES = [
     # info / list
@@ -187,6 +192,10 @@ CASES = [
     ("predict {ws}/vit.safetensors {ws}/empty-dir", "no images found in", None),
     ("predict {ws}/vit.safetensors {ws}/good --top-k 0", "--top-k must be 1 or more", None),
     ("predict {ws}/random.pth {ws}/good", "random.pth", None),
+    ("predict hf-hub:acme/nothing {ws}/good", "acme/nothing is not in the local hub cache",
+     _hub_offline),
+    ("convert facebook/no-such-model {ws}/o.safetensors", "facebook/no-such-model is not in",
+     _hub_offline),
     ("predict {ws}/vit.safetensors {ws}/mixed/caf\udce9.png", "caf", None),
     ("predict {ws}/vit.safetensors {ws}/good --out {ws}/read-only/p.csv",
      "cannot write or read {ws}/read-only: read-only file system", _read_only),

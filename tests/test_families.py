@@ -201,3 +201,66 @@ def test_open_clip_state_dicts_give_its_image_embeddings(tmp_path, arch, act, vi
         (tmp_path / "hub" / "open_clip_config.json").write_text(json.dumps(
             {"model_cfg": {"quick_gelu": False, "vision_cfg": {"image_size": 224}}}))
         assert vitkit.load_model(tmp_path / "hub").cfg.act == "gelu"
+
+
+# ------------------------------------------------------------------------------ hub ids
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _hub_cache(root, repo="acme/tiny-vit", rev=SHA):
+    """A hub cache in huggingface_hub's layout (models--ORG--NAME/snapshots/REV, refs/main),
+    filled with a model written here: the real resolution path, with no network."""
+    org, name = repo.split("/")
+    base = root / "hub" / f"models--{org}--{name}"
+    (base / "refs").mkdir(parents=True)
+    (base / "refs" / "main").write_text(rev)
+    model = perturb(vitkit.create_model("vit_nano_patch4_32", num_classes=3))
+    vitkit.export(model, base / "snapshots" / rev, to="timm")
+    return model
+
+
+_LOAD_BY_ID = """
+import sys, torch, vitkit
+x = torch.load(sys.argv[1])
+for source in ("hf-hub:acme/tiny-vit", "acme/tiny-vit", "hf-hub:acme/tiny-vit@" + sys.argv[2]):
+    m = vitkit.load_model(source, verbose=False)
+    print(m.load_record["format"], m(x).tolist())
+try:
+    vitkit.load_model("hf-hub:acme/missing")
+except vitkit.CheckpointError as err:
+    print("ERROR", err)
+"""
+
+
+def test_hub_ids_load_from_the_cache_offline(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    model = _hub_cache(tmp_path)
+    x = torch.randn(1, 3, 32, 32)
+    torch.save(x, tmp_path / "x.pt")
+    env = {**os.environ, "HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", _LOAD_BY_ID, str(tmp_path / "x.pt"), SHA],
+                         capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    expected = torch.tensor(logits(model, x).tolist())
+    for line in lines[:3]:
+        fmt, values = line.split(" ", 1)
+        assert fmt == "timm"
+        assert torch.allclose(torch.tensor(json.loads(values)), expected, atol=1e-6)
+    assert "acme/missing is not in the local hub cache" in lines[3]
+    assert "HF_HUB_OFFLINE is set" in lines[3] and "hf download acme/missing" in lines[3]
+
+
+def test_a_missing_local_path_is_not_taken_for_a_hub_id(tmp_path, monkeypatch):
+    from vitkit.checkpoints import hub
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    assert not hub.is_hub_id("runs/typo")
+    assert not hub.is_hub_id("models/vit.pth")
+    assert hub.is_hub_id("facebook/dinov2-small") and hub.is_hub_id("hf-hub:timm/vit_x.in1k")
+    with pytest.raises(CheckpointError, match="no such file or folder: runs/typo"):
+        vitkit.load_model("runs/typo")

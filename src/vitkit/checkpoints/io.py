@@ -20,7 +20,7 @@ import numpy as np
 import safetensors
 import torch
 
-from vitkit.checkpoints import formats, native
+from vitkit.checkpoints import formats, hub, native
 from vitkit.checkpoints.common import (
     Checkpoint,
     CheckpointError,
@@ -149,8 +149,9 @@ def _weights_in(folder: Path) -> list[Path]:
 
 
 def read_checkpoint(source: str | os.PathLike) -> Checkpoint:
-    """Read a checkpoint file or folder into tensors plus its config, safely."""
-    path = Path(source)
+    """Read a checkpoint file or folder (or a hub id, see :mod:`vitkit.checkpoints.hub`) into
+    tensors plus its config, safely."""
+    path = hub.resolve(str(source)) if hub.is_hub_id(source) else Path(source)
     if not path.exists():
         raise CheckpointError(f"no such file or folder: {path}")
     config = None

@@ -203,7 +203,8 @@ def test_token_gradcam_against_a_manual_pass():
 
 @pytest.mark.parametrize("method", explain.METHODS)
 def test_every_method_is_batched_and_shaped_like_the_grid(method):
-    model = small(img_size=(24, 40))
+    pooling = dict(pool="map", class_token=False) if method == "map" else {}
+    model = small(img_size=(24, 40), **pooling)
     x = torch.randn(3, 3, 24, 40)
     batch = explain.explain_map(model, x, method).map
     assert batch.shape == (3, 6, 10)
@@ -294,7 +295,7 @@ def test_every_method_keeps_to_the_device_of_its_inputs(method):
     """On the meta device every tensor a method makes must follow its inputs' device: a
     torch.eye built on the CPU (which breaks on CUDA) fails here, on a CPU-only machine."""
     with torch.device("meta"):
-        model = small_vit()
+        model = small_vit(**(dict(pool="map", class_token=False) if method == "map" else {}))
         x = torch.randn(2, 3, 32, 32)
     out = explain.explain_map(model, x, method, discard_ratio=0.2)
     assert out.map.device.type == "meta"
@@ -306,13 +307,56 @@ def test_the_registry_drives_the_errors_and_the_cli():
 
     from vitkit.commands.attention import add_arguments
 
-    assert set(explain.METHODS) == {"cls", "rollout", "grad-rollout", "chefer", "gradcam"}
+    assert set(explain.METHODS) == {"cls", "map", "rollout", "grad-rollout", "chefer",
+                                    "gradcam"}
     assert all(m.summary and m.compute for m in explain.METHODS.values())
     p = argparse.ArgumentParser()
     add_arguments(p)
     choices = next(a.choices for a in p._actions if a.dest == "method")
     assert list(choices) == list(explain.METHODS)
     gap = small(pool="avg", class_token=False)
-    with pytest.raises(ValueError, match="'cls' explains a \\[CLS\\] readout.*methods that "
-                                         "apply: rollout, grad-rollout, chefer, gradcam"):
+    with pytest.raises(ValueError, match="'cls' explains a \\[CLS\\] readout, and this model "
+                                         "pools by average; methods that apply: rollout, "
+                                         "grad-rollout, chefer, gradcam"):
         explain.explain_map(gap, torch.randn(1, 3, 32, 32), "cls")
+
+
+# ------------------------------------------------------------- attention pooling, registers
+def test_a_map_model_is_explained_through_its_readout_attention():
+    """SigLIP-style models: the MAP head's attention is the readout map, rollout and gradient
+    methods weigh the token rows by it, and a [CLS] map is refused with the methods that apply."""
+    model = small(pool="map", class_token=False)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        logits, maps = model(x, return_attn=True)
+        tokens = model.forward_features(x)
+        _, weights = model.attn_pool(tokens, return_attn=True)
+    torch.testing.assert_close(logits, model(x))
+    torch.testing.assert_close(maps.pool_attention, weights)
+    readout = explain.pool_attention(maps, head="mean")  # (B, 8, 8), sums to 1 over the grid
+    torch.testing.assert_close(readout.sum((-1, -2)), torch.ones(2))
+    rollout = explain.explain_map(model, x, "rollout", outputs=(logits, maps)).map
+    matrix = explain.attention_rollout(maps)
+    torch.testing.assert_close(
+        rollout, torch.einsum("bt,btn->bn", weights.mean(1), matrix).reshape(2, 8, 8))
+    assert explain.explain_map(model, x, "chefer").map.shape == (2, 8, 8)
+    with pytest.raises(ValueError, match="'cls' explains a \\[CLS\\] readout, and this model "
+                                         "pools by attention.*apply: map, rollout"):
+        explain.explain_map(model, x, "cls")
+    assert maps[-2:].pool_attention is maps.pool_attention
+
+
+def test_register_tokens_are_kept_apart_and_shown():
+    model = small(num_reg_tokens=3)
+    with torch.no_grad():
+        _, maps = model(torch.randn(2, 3, 32, 32), return_attn=True)
+    regs = explain.register_attention(maps)
+    assert regs["from_registers"].shape == (2, 3, 4, 8, 8)
+    torch.testing.assert_close(regs["from_registers"][:, 0], maps[-1][:, :, 1, 4:].reshape(
+        2, 4, 8, 8))
+    torch.testing.assert_close(regs["to_registers"], maps[-1][:, :, 4:, 1:4].mean(2))
+    assert explain.cls_attention(maps).shape == (2, 4, 8, 8)  # registers are not on the grid
+    with torch.no_grad():
+        _, plain = small()(torch.randn(1, 3, 32, 32), return_attn=True)
+    with pytest.raises(ValueError, match="no register tokens"):
+        explain.register_attention(plain)

@@ -17,7 +17,7 @@ from vitkit.commands.options import head as head_option
 from vitkit.data.images import find_images, load_image, preprocessing
 from vitkit.errors import ImageError, VitkitError
 from vitkit.explain.attention import cls_attention
-from vitkit.explain.methods import METHODS, explain_map, without_cls
+from vitkit.explain.methods import METHODS, applicable, explain_map
 from vitkit.explain.metrics import deletion_insertion, random_maps
 from vitkit.viz import plot
 
@@ -72,9 +72,10 @@ def explain_images(model, images: list[str | os.PathLike], out_dir: str | os.Pat
         raise VitkitError(f"--out {out} is a file; give a folder for the figures and maps")
     out.mkdir(parents=True, exist_ok=True)
     has_cls = model.cfg.pool == "cls"
-    if method == "cls" and not has_cls:
-        raise ValueError("this model pools by average and has no [CLS] readout; methods that "
-                         f"apply: {', '.join(without_cls())}")
+    if method not in applicable(model.cfg):
+        raise VitkitError(f"--method {method} does not apply to this model (pool "
+                          f"{model.cfg.pool}); methods that apply: "
+                          f"{', '.join(applicable(model.cfg))}")
     size, mean, std = preprocessing(model)
     reports = []
     for path in files:

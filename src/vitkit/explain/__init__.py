@@ -3,7 +3,8 @@
 - ``cls_attention``: [CLS] attention per head on the patch grid (never averaged by default).
 - ``attention_rollout``, ``readout_grid``: rollout over layers and its map on the grid.
 - ``attention_gradients``, ``grad_rollout``, ``chefer``, ``token_gradcam``: gradient methods.
-- ``token_attention``: any token's attention row (no grid needed).
+- ``token_attention``: any token's attention row (no grid needed); ``pool_attention``: a MAP
+  head's readout map (SigLIP); ``register_attention``: registers kept apart from the grid.
 - ``explain_map``: any method registered in ``METHODS`` by name -> (B, gh, gw).
 - ``metrics``: deletion / insertion, pointing game, mass in box. Figures live in ``vitkit.viz``.
 
@@ -15,7 +16,9 @@ from vitkit.explain.attention import (
     cls_attention,
     fuse_heads,
     layout_of,
+    pool_attention,
     readout_grid,
+    register_attention,
     token_attention,
 )
 from vitkit.explain.gradients import (
@@ -31,6 +34,7 @@ from vitkit.explain.rollout import attention_rollout, discard_lowest, rollout_fu
 __all__ = [
     "METHODS", "Attribution", "Explanation", "Method", "attention_gradients",
     "attention_rollout", "chefer", "cls_attention", "discard_lowest", "explain_map",
-    "fuse_heads", "grad_rollout", "layout_of", "readout_grid", "register", "rollout_fused",
+    "fuse_heads", "grad_rollout", "layout_of", "pool_attention", "readout_grid", "register",
+    "register_attention", "rollout_fused",
     "token_attention", "token_gradcam",
 ]

@@ -24,11 +24,14 @@ log = logging.getLogger("vitkit")
 @dataclass(frozen=True)
 class Layout:
     """How tokens are laid out: T = num_prefix_tokens + gh*gw; ``readout`` rows feed the head
-    (``(0,)`` [CLS], ``(0, 1)`` [CLS] + distillation, ``None`` average of patch tokens)."""
+    (``(0,)`` [CLS], ``(0, 1)`` [CLS] + distillation, ``None`` every token); for attention
+    pooling ``readout_weights`` (B, T) are how much each token feeds it (the MAP head's
+    attention, mean over its heads), else the patch tokens feed it equally."""
 
     grid: tuple[int, int]
     num_prefix_tokens: int
     readout: tuple[int, ...] | None
+    readout_weights: torch.Tensor | None = None
 
     @property
     def tokens(self) -> int:
@@ -58,7 +61,9 @@ def layout_of(maps: Sequence[torch.Tensor], grid=None, num_prefix_tokens: int | 
     """
     t = check_maps(maps)
     if grid is None and hasattr(maps, "grid"):
-        layout = Layout(maps.grid, maps.num_prefix_tokens, maps.readout)
+        pooled = getattr(maps, "pool_attention", None)
+        layout = Layout(maps.grid, maps.num_prefix_tokens, maps.readout,
+                        pooled.detach().mean(1) if pooled is not None else None)
     elif grid is None and num_prefix_tokens is None:
         side = math.isqrt(t - 1)
         if side * side != t - 1:
@@ -142,9 +147,45 @@ def token_attention(maps: Sequence[torch.Tensor], token: int, layer: int = -1,
 
 def readout_grid(matrix: torch.Tensor, layout: Layout) -> torch.Tensor:
     """(B, T, T) token-to-token relevance -> (B, gh, gw): the rows the head reads (averaged when
-    there are two, as DeiT averages its heads, or all patch rows for average pooling), over the
-    patch columns."""
+    there are two, as DeiT averages its heads; all patch rows for average pooling; every row
+    weighted by the MAP head's attention for attention pooling), over the patch columns."""
     p = layout.num_prefix_tokens
+    if layout.readout is None and layout.readout_weights is not None:
+        out = torch.einsum("bt,btn->bn", layout.readout_weights.to(matrix.dtype), matrix[:, :, p:])
+        return out.reshape(out.shape[0], *layout.grid)
     rows = list(layout.readout) if layout.readout is not None else slice(p, None)
     out = matrix[:, rows, p:].mean(1)  # (B, N)
     return out.reshape(out.shape[0], *layout.grid)
+
+
+def pool_attention(maps, head: int | str | None = None) -> torch.Tensor:
+    """The MAP head's attention over the patches, on the grid: the readout map of an
+    attention-pooled model (SigLIP). ``head=None`` keeps every head, (B, heads, gh, gw);
+    an index or "mean"/"max"/"min" gives (B, gh, gw)."""
+    weights = getattr(maps, "pool_attention", None)
+    if weights is None:
+        raise ValueError("these maps come from a model without attention pooling (no MAP "
+                         "head); use cls_attention for a [CLS] model, rollout for any")
+    p = maps.num_prefix_tokens
+    rows = weights[:, :, p:].reshape(*weights.shape[:2], *maps.grid)
+    return rows if head is None else fuse_heads(rows, head)
+
+
+def register_attention(maps, layer: int = -1) -> dict[str, torch.Tensor]:
+    """Register tokens kept apart from the patch grid (Darcet et al. 2023): where each register
+    looks, and how much the patches look at each.
+
+    Returns ``{"from_registers": (B, R, heads, gh, gw), "to_registers": (B, heads, R)}``, the
+    second being the share of the patch rows' attention that goes to each register.
+    """
+    regs = getattr(maps, "num_reg_tokens", 0)
+    if not hasattr(maps, "grid") or regs < 1:
+        raise ValueError("these maps have no register tokens (a model with num_reg_tokens, "
+                         "e.g. vit_small_patch14_reg4_dinov2)")
+    a = maps[layer]  # (B, heads, T, T)
+    first = maps.num_prefix_tokens - regs  # registers come last among the prefix tokens
+    p = maps.num_prefix_tokens
+    rows = a[:, :, first:p, p:]  # (B, heads, R, N)
+    b, h, r, _ = rows.shape
+    return {"from_registers": rows.permute(0, 2, 1, 3).reshape(b, r, h, *maps.grid),
+            "to_registers": a[:, :, p:, first:p].mean(2)}

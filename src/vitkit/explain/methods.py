@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from vitkit.explain.attention import cls_attention, layout_of, readout_grid
+from vitkit.explain.attention import cls_attention, layout_of, pool_attention, readout_grid
 from vitkit.explain.gradients import (
     attention_gradients,
     chefer,
@@ -32,9 +32,10 @@ class Method:
     name: str
     summary: str
     options: tuple[str, ...]  # the explain_map keywords it reads
-    needs_cls: bool  # explains a [CLS] readout only (refused for average pooling)
+    needs_cls: bool  # explains a [CLS] readout only (refused for average or attention pooling)
     gradients: bool  # runs a backward pass (explains ``target``, not only the prediction)
     compute: Callable
+    needs_map: bool = False  # explains attention pooling (a MAP head) only
 
 
 METHODS: dict[str, Method] = {}
@@ -50,7 +51,15 @@ def register(method: Method) -> Method:
 
 def without_cls() -> list[str]:
     """Methods that apply to models without a [CLS] readout (average pooling)."""
-    return [m.name for m in METHODS.values() if not m.needs_cls]
+    return [m.name for m in METHODS.values() if not m.needs_cls and not m.needs_map]
+
+
+def applicable(cfg) -> list[str]:
+    """The methods that explain a model with config ``cfg``."""
+    has_cls = getattr(cfg, "readout_rows", None) is not None
+    has_map = getattr(cfg, "pool", None) == "map"
+    return [m.name for m in METHODS.values()
+            if (has_cls or not m.needs_cls) and (has_map or not m.needs_map)]
 
 
 @dataclass
@@ -74,6 +83,11 @@ def _forward(model, x, outputs):
 def _cls(model, x, target, o, outputs):
     logits, maps = _forward(model, x, outputs)
     return cls_attention(maps, layer=o["layer"], head=o["head"]), logits, logits.argmax(-1)
+
+
+def _map(model, x, target, o, outputs):
+    logits, maps = _forward(model, x, outputs)
+    return pool_attention(maps, head=o["head"]), logits, logits.argmax(-1)
 
 
 def _rollout(model, x, target, o, outputs):
@@ -100,6 +114,8 @@ def _gradcam(model, x, target, o, outputs):
 
 register(Method("cls", "[CLS] attention of one layer, per head or fused by name",
                 ("layer", "head"), needs_cls=True, gradients=False, compute=_cls))
+register(Method("map", "the MAP head's attention over the patches (SigLIP's readout)",
+                ("head",), needs_cls=False, gradients=False, compute=_map, needs_map=True))
 register(Method("rollout", "attention rollout over all layers (Abnar & Zuidema 2020)",
                 ("residual", "head_fusion", "discard_ratio"), needs_cls=False, gradients=False,
                 compute=_rollout))
@@ -130,9 +146,12 @@ def explain_map(model, x: torch.Tensor, method: str = "rollout", target=None, *,
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     m = METHODS[method]
-    if m.needs_cls and getattr(model.cfg, "readout_rows", None) is None:
-        raise ValueError(f"{method!r} explains a [CLS] readout, and this model pools by average; "
-                         f"methods that apply: {', '.join(without_cls())}")
+    if method not in applicable(model.cfg):
+        what = "a [CLS] readout" if m.needs_cls else "attention pooling (a MAP head)"
+        pool = {"avg": "pools by average", "map": "pools by attention (a MAP head)",
+                "cls": "reads its [CLS] token"}.get(getattr(model.cfg, "pool", ""), "is a CNN")
+        raise ValueError(f"{method!r} explains {what}, and this model {pool}; methods that "
+                         f"apply: {', '.join(applicable(model.cfg))}")
     options = dict(layer=layer, head=head, residual=residual, discard_ratio=discard_ratio,
                    head_fusion=head_fusion)
     grid_map, logits, chosen = m.compute(model, x, target, options, outputs)

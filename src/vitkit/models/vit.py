@@ -129,8 +129,11 @@ class AttentionMaps(list):
     ``layers`` (the model layer of each entry), ``grid`` (gh, gw) of the input,
     ``num_prefix_tokens`` (T = prefix + gh*gw) and ``readout``, the token rows the head reads:
     ``(0,)`` for [CLS], ``(0, 1)`` for DeiT's [CLS] + distillation tokens, ``None`` for average
-    pooling over the patch tokens.
+    pooling over the patch tokens; and ``pool_attention``, the MAP head's attention over every
+    token (B, heads, T) for attention-pooled models (the model's readout), else ``None``.
     """
+
+    pool_attention: torch.Tensor | None = None
 
     def __init__(self, maps: list[torch.Tensor], layers: list[int], grid: tuple[int, int],
                  cfg: ViTConfig | None = None, *, num_prefix_tokens: int | None = None,
@@ -140,13 +143,16 @@ class AttentionMaps(list):
         self.grid = tuple(grid)
         self.num_prefix_tokens = cfg.num_prefix_tokens if cfg is not None else num_prefix_tokens
         self.readout = cfg.readout_rows if cfg is not None else readout
+        self.num_reg_tokens = cfg.num_reg_tokens if cfg is not None else 0  # last of the prefix
 
     def __getitem__(self, index):
         """An int gives that layer's tensor; a slice (``maps[-4:]``) gives ``AttentionMaps``
         that keep the layout and the model layer of each entry."""
         if isinstance(index, slice):
-            return AttentionMaps(list.__getitem__(self, index), self.layers[index], self.grid,
-                                 num_prefix_tokens=self.num_prefix_tokens, readout=self.readout)
+            out = AttentionMaps(list.__getitem__(self, index), self.layers[index], self.grid,
+                                num_prefix_tokens=self.num_prefix_tokens, readout=self.readout)
+            out.pool_attention, out.num_reg_tokens = self.pool_attention, self.num_reg_tokens
+            return out
         return list.__getitem__(self, index)
 
 
@@ -578,4 +584,7 @@ class VisionTransformer(nn.Module):
             return self.forward_head(
                 self.forward_features(x, attn_layers=attn_layers, readout_only=readout_only))
         x, maps = self.forward_features(x, True, attn_layers)
+        if self.attn_pool is not None:  # the MAP head's attention is this model's readout map
+            pooled, maps.pool_attention = self.attn_pool(x, return_attn=True)
+            return self.head(self.head_drop(self.pre_logits(self.fc_norm(pooled)))), maps
         return self.forward_head(x), maps

@@ -18,6 +18,10 @@ CONFIGS = {
     "no-qkv-bias": dict(qkv_bias=False),
     "no-embed-class": dict(no_embed_class=True),
     "rectangular": dict(img_size=(32, 48)),
+    "layerscale": dict(init_values=0.3),
+    "dinov2-registers": dict(init_values=0.3, num_reg_tokens=4, no_embed_class=True),
+    "clip-pre-norm": dict(pre_norm=True, patch_bias=False, head_bias=False),
+    "siglip-map": dict(pool="map", class_token=False),
 }
 
 

@@ -62,8 +62,9 @@ def applies(model: nn.Module, x: torch.Tensor) -> bool:
         and not torch.is_autocast_enabled("cpu")  # autocast chooses dtypes per op
         and not torch.compiler.is_compiling()
         and not _hooked(model)
-        # the in-place blocks compute exact GELU without LayerScale; other blocks run as written
-        and model.cfg.init_values is None and model.cfg.act == "gelu"
+        # the in-place blocks compute exact GELU (LayerScale is folded in); QuickGELU and tanh
+        # GELU blocks run as written
+        and model.cfg.act == "gelu"
     )
 
 
@@ -97,7 +98,8 @@ def block_inplace(block: nn.Module, x: torch.Tensor, batch: int, ws: Workspace,
         q, k, v = qkv.view(batch, T, 3, h, D // h).permute(2, 0, 3, 1, 4).unbind(0)
         o, maps = F.scaled_dot_product_attention(q, k, v), None  # (B, h, T, d)
     o = o.transpose(1, 2).reshape(N, D)
-    x.add_(proj_bias).addmm_(o, attn.proj.weight.t())
+    proj_w, proj_bias = _layer_scaled(block.ls1, attn.proj.weight, proj_bias)
+    x.add_(proj_bias).addmm_(o, proj_w.t())
     _mlp_residual_(block, x, ws.buffer("hidden", (N, block.mlp.fc1.out_features), x))
     return maps
 
@@ -112,7 +114,17 @@ def _mlp_residual_(block: nn.Module, x: torch.Tensor, hidden: torch.Tensor) -> N
     y = F.layer_norm(x, x.shape[-1:], norm.weight, norm.bias, norm.eps)
     torch.mm(y, mlp.fc1.weight.t(), out=hidden)
     torch.ops.aten.gelu_(hidden.add_(mlp.fc1.bias))
-    x.add_(mlp.fc2.bias).addmm_(hidden, mlp.fc2.weight.t())
+    fc2_w, fc2_b = _layer_scaled(block.ls2, mlp.fc2.weight, mlp.fc2.bias)
+    x.add_(fc2_b).addmm_(hidden, fc2_w.t())
+
+
+def _layer_scaled(ls: nn.Module, weight: torch.Tensor, bias: torch.Tensor):
+    """A branch's last linear layer with its LayerScale folded in: gamma * (W y + b) =
+    (gamma W) y + gamma b (exact algebra; the weights themselves are left untouched)."""
+    gamma = getattr(ls, "gamma", None)
+    if gamma is None:
+        return weight, bias
+    return weight * gamma[:, None], bias * gamma
 
 
 def _query_and_output_biases(attn: nn.Module) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -166,7 +178,8 @@ def last_block_readout(block: nn.Module, x: torch.Tensor, batch: int, rows: int,
     k, v = kv.view(batch, T, 2, h, D // h).permute(2, 0, 3, 1, 4).unbind(0)  # (B, h, T, d)
     o = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(batch * rows, D)
     out = x.view(batch, T, D)[:, :rows].reshape(batch * rows, D)  # a copy: the readout rows
-    out.add_(proj_bias).addmm_(o, attn.proj.weight.t())
+    proj_w, proj_bias = _layer_scaled(block.ls1, attn.proj.weight, proj_bias)
+    out.add_(proj_bias).addmm_(o, proj_w.t())
     hidden = ws.buffer("hidden", (N, block.mlp.fc1.out_features), x)[: batch * rows]
     _mlp_residual_(block, out, hidden)
     return out.view(batch, rows, D)

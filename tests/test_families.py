@@ -264,3 +264,18 @@ def test_a_missing_local_path_is_not_taken_for_a_hub_id(tmp_path, monkeypatch):
     assert hub.is_hub_id("facebook/dinov2-small") and hub.is_hub_id("hf-hub:timm/vit_x.in1k")
     with pytest.raises(CheckpointError, match="no such file or folder: runs/typo"):
         vitkit.load_model("runs/typo")
+
+
+@pytest.mark.parametrize(("name", "kw", "says"), [
+    ("beit_base_patch16_224", {}, "relative position bias (BEiT"),
+    ("eva02_tiny_patch14_224", {}, "rotary position embeddings (EVA-02"),
+    ("vit_small_patch16_rope_224", {}, "no absolute position table (rotary"),
+    ("vit_giant_patch14_dinov2", dict(embed_dim=96, img_size=28), "a SwiGLU MLP"),
+])
+def test_variants_vitkit_cannot_express_are_refused_with_what_is_missing(tmp_path, name, kw,
+                                                                        says):
+    peer = timm.create_model(name, depth=1, **{"embed_dim": 64, "num_heads": 2, **kw})
+    torch.save(peer.state_dict(), tmp_path / "m.pth")
+    with pytest.raises(CheckpointError, match=r"a ViT variant vitkit cannot express: it has .*"
+                                              + says.replace("(", r"\(")):
+        vitkit.load_model(tmp_path / "m.pth")

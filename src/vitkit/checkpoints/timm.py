@@ -37,9 +37,39 @@ def depth_of(state: StateDict, pattern: str) -> int:
     return max(indices) + 1
 
 
+def unsupported(state: StateDict, config: dict) -> list[str]:
+    """What a timm-layout checkpoint has that vitkit's ViT cannot express (empty when none)."""
+    keys = list(state)
+    arch = str(config.get("architecture", ""))
+    found = []
+    if any("relative_position_bias_table" in k for k in keys):
+        found.append("relative position bias (BEiT, BEiT v2, Data2Vec)")
+    elif "rope" in arch or "eva" in arch or (
+            any(k.endswith("attn.q_bias") for k in keys) and "pos_embed" in state):
+        found.append("rotary position embeddings (EVA-02, timm's *_rope ViTs)")
+    elif "pos_embed" not in state:
+        found.append("no absolute position table (rotary position embeddings, as timm's *_rope "
+                     "ViTs, or another position scheme)")
+    if any(k.endswith(("mlp.fc1_g.weight", "mlp.w12.weight")) for k in keys) or (
+            "blocks.0.mlp.fc1.weight" in state and "blocks.0.mlp.fc2.weight" in state
+            and state["blocks.0.mlp.fc1.weight"].shape[0]
+            == 2 * state["blocks.0.mlp.fc2.weight"].shape[1]):
+        found.append("a SwiGLU MLP (DINOv2-giant, EVA-02)")
+    if any(k.endswith(("attn.q_norm.weight", "attn.k_norm.weight")) for k in keys):
+        found.append("query/key normalisation (QK-norm)")
+    return found
+
+
 def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
     """timm keys -> (vitkit state dict, VisionTransformer kwargs, metadata)."""
     config = config or {}
+    missing = unsupported(state, config)
+    if missing:
+        raise CheckpointError(
+            "this checkpoint is a ViT variant vitkit cannot express: it has "
+            + "; ".join(missing) + ". vitkit's ViT has absolute position tables, a GELU MLP "
+            "and plain attention; the families it loads are the plain ViT, DeiT, DeiT-III, "
+            "DINOv2 (not giant), CLIP, SigLIP, MAE and DINO")
     model_args = dict(config.get("model_args") or {})  # timm's argument names
     arch = config.get("architecture")
     ours = MODEL_ARGS.get(arch, {})  # vitkit's names, for a registered architecture

@@ -150,6 +150,9 @@ def test_hugging_face_dinov2_folders_give_its_features(tmp_path, registers):
         theirs = peer(pixel_values=X56)
         assert max_diff(model(X56), theirs.pooler_output) < TOL
         assert max_diff(model.forward_features(X56), theirs.last_hidden_state) < TOL
+        for side in (84, 42, 70):  # other sizes: the table interpolated as Dinov2Model does
+            x = torch.randn(2, 3, side, side)
+            assert max_diff(model(x), peer(pixel_values=x).pooler_output) < TOL
 
 
 def test_hugging_face_clip_and_siglip_towers_give_their_embeddings(tmp_path, vitkit_log):

@@ -1,8 +1,10 @@
 """Hugging Face DINOv2 (``Dinov2Model``, ``Dinov2WithRegistersModel``): timm-like blocks with
 LayerScale (``layer_scale1.lambda1``), q/k/v projections named ``q_proj``/``k_proj``/``v_proj``
 (``attention.attention.query`` in transformers 4), and a position table for 518x518 (37x37) with
-a [CLS] row. With registers the table has no register rows; vitkit folds the [CLS] row into the
-[CLS] token (a constant, so the same numbers) and keeps a patch-only table, as timm does."""
+a [CLS] row, interpolated to every input size (bicubic in float32, antialiased for the models
+with registers: vitkit's ``dynamic_img_size`` and ``pos_antialias``, the same arithmetic). With
+registers the table has no register rows; vitkit folds the [CLS] row into the [CLS] token (a
+constant, so the same numbers) and keeps a patch-only table, as timm does."""
 
 from __future__ import annotations
 
@@ -73,5 +75,7 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
         num_reg_tokens=regs.shape[1] if regs is not None else 0,
         no_embed_class=regs is not None, norm_eps=config.get("layer_norm_eps", 1e-6),
         act="gelu" if config.get("hidden_act", "gelu") == "gelu" else "gelu_tanh",
+        dynamic_img_size=True,  # interpolated to every input, bicubic, as Dinov2Model does
+        pos_antialias=regs is not None,  # Dinov2WithRegistersModel antialiases, Dinov2Model not
     )
     return out, kwargs, {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}

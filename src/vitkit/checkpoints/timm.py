@@ -118,6 +118,9 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
         if "blocks.0.ls1.gamma" in state else None,
         pre_norm=pre_norm, patch_bias="patch_embed.proj.bias" in state, act=act,
         head_bias="head.bias" in state or "head.weight" not in state,
+        dynamic_img_size=bool(model_args.get("dynamic_img_size",
+                                             ours.get("dynamic_img_size", False))),
+        pos_antialias=bool(ours.get("pos_antialias", False)),
     )
     return dict(state), kwargs, _metadata(config)
 

@@ -53,8 +53,12 @@ MODEL_ARGS: dict[str, dict] = {
 
 # family -> the options it adds to the plain ViT (timm's defaults for those names)
 FAMILIES: dict[str, dict] = {
-    "dinov2": dict(init_values=1e-5, num_classes=0),
-    "reg4_dinov2": dict(init_values=1e-5, num_reg_tokens=4, no_embed_class=True, num_classes=0),
+    # DINOv2 interpolates its 37x37 table to every input, bicubic: without antialias for the
+    # original models, with it for those with registers (DINOv2's interpolate_antialias, and
+    # Hugging Face's Dinov2Model / Dinov2WithRegistersModel)
+    "dinov2": dict(init_values=1e-5, num_classes=0, dynamic_img_size=True),
+    "reg4_dinov2": dict(init_values=1e-5, num_reg_tokens=4, no_embed_class=True, num_classes=0,
+                        dynamic_img_size=True, pos_antialias=True),
     "deit3": dict(init_values=1e-6, no_embed_class=True),
     "clip": dict(pre_norm=True, patch_bias=False, norm_eps=1e-5),
     "clip_quickgelu": dict(pre_norm=True, patch_bias=False, norm_eps=1e-5, act="quick_gelu",

@@ -59,6 +59,7 @@ class ViTConfig:
     attn_drop_rate: float = 0.0
     drop_path_rate: float = 0.0
     dynamic_img_size: bool = False
+    pos_antialias: bool = False  # antialias when the table is interpolated (DINOv2 w/ registers)
     extra: dict = field(default_factory=dict)  # free-form metadata (mean/std, class names)
 
     def __post_init__(self) -> None:
@@ -466,7 +467,8 @@ class VisionTransformer(nn.Module):
                     f"vitkit.interpolate_pos_embed to move the table, or build the model with "
                     f"dynamic_img_size=True to interpolate on the fly."
                 )
-            pos = interpolate_pos_embed(pos, self.grid_size, grid, self.cfg.num_pos_prefix)
+            pos = interpolate_pos_embed(pos, self.grid_size, grid, self.cfg.num_pos_prefix,
+                                        antialias=self.cfg.pos_antialias)
         if self.cfg.no_embed_class:
             x = x + pos  # the table covers the patches only
         B = x.shape[0]

@@ -282,3 +282,24 @@ def test_variants_vitkit_cannot_express_are_refused_with_what_is_missing(tmp_pat
     with pytest.raises(CheckpointError, match=r"a ViT variant vitkit cannot express: it has .*"
                                               + says.replace("(", r"\(")):
         vitkit.load_model(tmp_path / "m.pth")
+
+
+def test_a_big_vision_map_head_npz_is_read_like_timm_reads_it(tmp_path):
+    """SigLIP-style .npz with a MAPHead_0: written by vitkit, read by timm's own npz reader
+    and by vitkit, the same logits."""
+    import numpy as np
+    from timm.models.vision_transformer import _load_weights
+
+    from vitkit.checkpoints import jax as jax_format
+
+    model = small_vit(scale=0.1, pool="map", class_token=False)
+    np.savez(tmp_path / "siglip.npz", **jax_format.from_vitkit(model))
+    peer = timm.models.vision_transformer.VisionTransformer(
+        img_size=32, patch_size=4, embed_dim=48, depth=3, num_heads=4, mlp_ratio=2.0,
+        num_classes=7, class_token=False, global_pool="map").eval()
+    _load_weights(peer, str(tmp_path / "siglip.npz"))
+    back = vitkit.load_model(tmp_path / "siglip.npz")
+    assert back.cfg.pool == "map"
+    x = torch.randn(2, 3, 32, 32)
+    assert max_diff(logits(peer, x), logits(model, x)) < 1e-5
+    assert max_diff(logits(back, x), logits(model, x)) < 1e-6

@@ -115,9 +115,23 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
         out["head.bias"] = take("head/bias")
         num_classes = out["head.weight"].shape[0]
     norm_eps = float(take(_EPS_KEY)) if _EPS_KEY in w else 1e-6
-    if any(k.startswith("MAPHead") for k in left):
-        raise CheckpointError("this checkpoint pools with a MAP head (attention pooling), which "
-                              "vitkit does not support; use a 'tok' or 'gap' checkpoint")
+    pool_map = "MAPHead_0/probe" in w
+    if pool_map:  # big_vision's attention pooling (SigLIP): vitkit's pool="map"
+        mp, mh = "MAPHead_0/", "MAPHead_0/MultiHeadDotProductAttention_0/"
+        out["attn_pool.latent"] = take(mp + "probe").reshape(1, 1, width)
+        out["attn_pool.q.weight"] = take(mh + "query/kernel").flatten(1).T  # (D, h, d) -> (D, D)
+        out["attn_pool.q.bias"] = take(mh + "query/bias").reshape(-1)
+        out["attn_pool.kv.weight"] = torch.cat(
+            [take(f"{mh}{n}/kernel").flatten(1).T for n in ("key", "value")])
+        out["attn_pool.kv.bias"] = torch.cat(
+            [take(f"{mh}{n}/bias").reshape(-1) for n in ("key", "value")])
+        out["attn_pool.proj.weight"] = take(mh + "out/kernel").flatten(0, 1).T  # (h, d, D)
+        out["attn_pool.proj.bias"] = take(mh + "out/bias")
+        out["attn_pool.norm.weight"] = take(mp + "LayerNorm_0/scale")
+        out["attn_pool.norm.bias"] = take(mp + "LayerNorm_0/bias")
+        for j in (0, 1):
+            out[f"attn_pool.mlp.fc{j + 1}.weight"] = take(f"{mp}MlpBlock_0/Dense_{j}/kernel").T
+            out[f"attn_pool.mlp.fc{j + 1}.bias"] = take(f"{mp}MlpBlock_0/Dense_{j}/bias")
     out.update({f"jax:{prefix}{k}": w[k] for k in left})  # reported as unexpected by the loader
     prefix_tokens = int(class_token)
     grid, has_prefix = infer_grid(out["pos_embed"].shape[1], prefix_tokens,
@@ -125,7 +139,8 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
     kwargs = dict(
         img_size=(grid[0] * patch, grid[1] * patch), patch_size=patch, in_chans=in_chans,
         num_classes=num_classes, embed_dim=width, depth=depth, num_heads=heads,
-        mlp_dim=out["blocks.0.mlp.fc1.weight"].shape[0], pool="cls" if class_token else "avg",
+        mlp_dim=out["blocks.0.mlp.fc1.weight"].shape[0],
+        pool="map" if pool_map else "cls" if class_token else "avg",
         class_token=class_token, no_embed_class=class_token and not has_prefix,
         pre_logits=pre, norm_eps=norm_eps,
     )
@@ -137,7 +152,8 @@ def refusals(cfg) -> list[str]:
     can)."""
     if cnn_refusal(cfg):
         return cnn_refusal(cfg)
-    return new_options_refusal(cfg) + [msg for bad, msg in [
+    options = [m for m in new_options_refusal(cfg) if not m.startswith("pools by attention")]
+    return options + [msg for bad, msg in [
         (cfg.distilled, "has a distillation token"),
         (cfg.num_reg_tokens > 0, "has register tokens"),
         (cfg.fc_norm, "normalises after pooling (fc_norm)"),
@@ -193,6 +209,21 @@ def from_vitkit(model) -> dict[str, np.ndarray]:
     if cfg.num_classes:
         out["head/kernel"] = s["head.weight"].T
         out["head/bias"] = s["head.bias"]
+    if cfg.pool == "map":  # big_vision's MAPHead_0, as timm's npz reader expects it
+        mp, mh = "MAPHead_0/", "MAPHead_0/MultiHeadDotProductAttention_0/"
+        out[mp + "probe"] = s["attn_pool.latent"]
+        q, (k, v) = s["attn_pool.q.weight"], s["attn_pool.kv.weight"].chunk(2)
+        qb, (kb, vb) = s["attn_pool.q.bias"], s["attn_pool.kv.bias"].chunk(2)
+        for n, wt, bs in (("query", q, qb), ("key", k, kb), ("value", v, vb)):
+            out[f"{mh}{n}/kernel"] = wt.T.reshape(cfg.embed_dim, h, d)
+            out[f"{mh}{n}/bias"] = bs.reshape(h, d)
+        out[mh + "out/kernel"] = s["attn_pool.proj.weight"].T.reshape(h, d, cfg.embed_dim)
+        out[mh + "out/bias"] = s["attn_pool.proj.bias"]
+        out[mp + "LayerNorm_0/scale"] = s["attn_pool.norm.weight"]
+        out[mp + "LayerNorm_0/bias"] = s["attn_pool.norm.bias"]
+        for j in (0, 1):
+            out[f"{mp}MlpBlock_0/Dense_{j}/kernel"] = s[f"attn_pool.mlp.fc{j + 1}.weight"].T
+            out[f"{mp}MlpBlock_0/Dense_{j}/bias"] = s[f"attn_pool.mlp.fc{j + 1}.bias"]
     if cfg.norm_eps != 1e-6:
         out[_EPS_KEY] = torch.tensor(cfg.norm_eps, dtype=torch.float64)
     return {k: v.contiguous().numpy() for k, v in out.items()}

@@ -115,10 +115,11 @@ def test_timm_export_of_the_new_options_round_trips(tmp_path):
 
 
 @pytest.mark.parametrize(("to", "kw", "reason"), [
-    ("hf", dict(init_values=1e-5), "has LayerScale"),
+    ("hf", dict(init_values=1e-5), r"has a head \(Dinov2Model is a backbone"),
     ("jax", dict(pre_norm=True), "has a LayerNorm before the blocks"),
     ("torchvision", dict(act="quick_gelu"), "uses quick_gelu"),
-    ("hf", dict(pool="map", class_token=False), "pools by attention"),
+    ("hf", dict(pool="map", class_token=False), r"has a head \(SiglipVisionModel"),
+    ("hf", dict(pre_norm=True, patch_bias=False), "has a head with a bias"),
     ("timm", dict(pre_norm=True), "timm's pre-norm ViT has no patch bias"),
 ])
 def test_layouts_refuse_what_they_cannot_hold(tmp_path, to, kw, reason):
@@ -303,3 +304,26 @@ def test_a_big_vision_map_head_npz_is_read_like_timm_reads_it(tmp_path):
     x = torch.randn(2, 3, 32, 32)
     assert max_diff(logits(peer, x), logits(model, x)) < 1e-5
     assert max_diff(logits(back, x), logits(model, x)) < 1e-6
+
+
+@pytest.mark.parametrize(("kw", "peer_class"), [
+    (dict(init_values=0.5, num_classes=0), "Dinov2Model"),
+    (dict(init_values=0.5, num_reg_tokens=4, no_embed_class=True, num_classes=0),
+     "Dinov2WithRegistersModel"),
+    (dict(pre_norm=True, patch_bias=False, head_bias=False, act="quick_gelu", norm_eps=1e-5),
+     "CLIPVisionModelWithProjection"),
+    (dict(pool="map", class_token=False, num_classes=0, act="gelu_tanh"), "SiglipVisionModel"),
+], ids=["dinov2", "dinov2-registers", "clip", "siglip"])
+def test_hf_export_of_the_families_loads_in_transformers(tmp_path, kw, peer_class):
+    import transformers as T
+
+    model = small_vit(scale=0.1, **kw)
+    vitkit.export(model, tmp_path / "hf", to="hf")
+    peer = getattr(T, peer_class).from_pretrained(tmp_path / "hf").eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        out = peer(pixel_values=x)
+    theirs = getattr(out, "image_embeds", None)
+    theirs = theirs if theirs is not None else out.pooler_output
+    assert max_diff(theirs, logits(model, x)) < TOL
+    assert max_diff(logits(vitkit.load_model(tmp_path / "hf"), x), logits(model, x)) < 1e-6

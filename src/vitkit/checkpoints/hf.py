@@ -106,11 +106,31 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
     return out, kwargs, extra
 
 
+def _family(cfg):
+    """The Hugging Face class module for the families (SigLIP, CLIP, DINOv2/DeiT-III-style
+    LayerScale), or None for the classic ViT."""
+    from vitkit.checkpoints import hf_clip, hf_dinov2, hf_siglip
+
+    if getattr(cfg, "family", "vit") == "cnn":
+        return None
+    if cfg.pool == "map":
+        return hf_siglip
+    if cfg.pre_norm:
+        return hf_clip
+    if cfg.init_values is not None:
+        return hf_dinov2
+    return None
+
+
 def refusals(cfg) -> list[str]:
-    """Why ``ViTForImageClassification`` / ``ViTModel`` cannot hold this model (empty when it
-    can)."""
+    """Why no Hugging Face class holds this model (empty when one does): ``ViTModel`` /
+    ``ViTForImageClassification``, or for the families ``Dinov2Model``,
+    ``CLIPVisionModelWithProjection``, ``SiglipVisionModel``."""
     if cnn_refusal(cfg):
         return cnn_refusal(cfg)
+    family = _family(cfg)
+    if family is not None:
+        return family.refusals(cfg)
     return new_options_refusal(cfg) + [msg for bad, msg in [
         (cfg.pool != "cls" or not cfg.class_token, "pools by average (HF ViT pools [CLS])"),
         (cfg.distilled, "is distilled (use --to timm for DeiT)"),
@@ -142,8 +162,9 @@ def preprocessor_config(cfg) -> dict:
 
 def write(model, dst: Path) -> Path:
     """A ``save_pretrained``-style folder: ``model.safetensors``, ``config.json`` and
-    ``preprocessor_config.json``."""
-    state, config = from_vitkit(model)
+    ``preprocessor_config.json``, for the Hugging Face class that holds the model."""
+    family = _family(model.cfg)
+    state, config = family.from_vitkit(model) if family is not None else from_vitkit(model)
     dst.mkdir(parents=True, exist_ok=True)
     save_safetensors(state, dst / "model.safetensors", {"format": "pt"})
     save_json(config, dst / "config.json")

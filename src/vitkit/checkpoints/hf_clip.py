@@ -98,3 +98,68 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
     extra = {"mean": [0.48145466, 0.4578275, 0.40821073],  # CLIP's normalisation
              "std": [0.26862954, 0.26130258, 0.27577711]}
     return out, kwargs, extra
+
+
+def tower_refusals(cfg) -> list[str]:
+    """What no Hugging Face vision tower holds: a missing qkv bias, rectangular inputs."""
+    return [msg for bad, msg in [
+        (not cfg.qkv_bias, "has no qkv bias"),
+        (cfg.img_size[0] != cfg.img_size[1], "takes rectangular images"),
+    ] if bad]
+
+
+def refusals(cfg) -> list[str]:
+    """Why ``CLIPVisionModelWithProjection`` cannot hold this model."""
+    return [msg for bad, msg in [
+        (getattr(cfg, "family", "vit") == "cnn", "is a CNN"),
+        (not cfg.pre_norm, "has no LayerNorm before the blocks (use the Hugging Face ViT "
+                           "layout)"),
+        (cfg.pool != "cls" or cfg.distilled or cfg.num_reg_tokens, "is not pooled by one "
+                                                                    "[CLS] token"),
+        (cfg.no_embed_class, "has no position row for [CLS]"),
+        (cfg.patch_bias, "has a patch-embedding bias"),
+        (cfg.num_classes and cfg.head_bias, "has a head with a bias (CLIP's projection has "
+                                            "none)"),
+        (cfg.init_values is not None, "has LayerScale"),
+    ] if bad] + tower_refusals(cfg)
+
+
+def from_vitkit(model) -> tuple[StateDict, dict]:
+    """vitkit model -> (state dict, config.json) of ``CLIPVisionModelWithProjection``."""
+    cfg = model.cfg
+    s = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    out: StateDict = {
+        "vision_model.embeddings.class_embedding": s["cls_token"].reshape(-1),
+        "vision_model.embeddings.patch_embedding.weight": s["patch_embed.proj.weight"],
+        "vision_model.embeddings.position_embedding.weight": s["pos_embed"][0],
+        "vision_model.pre_layrnorm.weight": s["norm_pre.weight"],
+        "vision_model.pre_layrnorm.bias": s["norm_pre.bias"],
+        "vision_model.post_layernorm.weight": s["norm.weight"],
+        "vision_model.post_layernorm.bias": s["norm.bias"],
+    }
+    out.update(encoder_from_vitkit(s, cfg.depth, "vision_model."))
+    if cfg.num_classes:
+        out["visual_projection.weight"] = s["head.weight"]
+    config = {
+        "architectures": ["CLIPVisionModelWithProjection"], "model_type": "clip_vision_model",
+        "hidden_size": cfg.embed_dim, "num_hidden_layers": cfg.depth,
+        "num_attention_heads": cfg.num_heads, "intermediate_size": cfg.mlp_dim,
+        "image_size": cfg.img_size[0], "patch_size": cfg.patch_size,
+        "num_channels": cfg.in_chans, "layer_norm_eps": cfg.norm_eps,
+        "hidden_act": {v: k for k, v in ACTS.items() if k != "gelu_new"}[cfg.act],
+        "projection_dim": cfg.num_classes or cfg.embed_dim,
+    }
+    return out, config
+
+
+def encoder_from_vitkit(s: StateDict, depth: int, prefix: str) -> StateDict:
+    """vitkit blocks -> ``encoder.layers.N.*`` (qkv split into q/k/v projections)."""
+    out: StateDict = {}
+    for i in range(depth):
+        hf, o = f"{prefix}encoder.layers.{i}.", f"blocks.{i}."
+        for part in ("weight", "bias"):
+            for n, t in zip("qkv", s[f"{o}attn.qkv.{part}"].chunk(3), strict=True):
+                out[f"{hf}self_attn.{n}_proj.{part}"] = t.contiguous()
+            for theirs, ours in _BLOCK.items():
+                out[f"{hf}{theirs}.{part}"] = s[f"{o}{ours}.{part}"]
+    return out

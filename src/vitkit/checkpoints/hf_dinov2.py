@@ -79,3 +79,66 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
         pos_antialias=regs is not None,  # Dinov2WithRegistersModel antialiases, Dinov2Model not
     )
     return out, kwargs, {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+
+
+def refusals(cfg) -> list[str]:
+    """Why ``Dinov2Model`` / ``Dinov2WithRegistersModel`` cannot hold this model."""
+    return [msg for bad, msg in [
+        (getattr(cfg, "family", "vit") == "cnn", "is a CNN"),
+        (cfg.init_values is None, "has no LayerScale (use the Hugging Face ViT layout)"),
+        (cfg.pool != "cls" or cfg.distilled, "does not pool its [CLS] token alone"),
+        (cfg.num_classes > 0, "has a head (Dinov2Model is a backbone: export num_classes=0)"),
+        (cfg.num_reg_tokens and not cfg.no_embed_class, "has position rows for its registers"),
+        (cfg.pre_norm or not cfg.patch_bias or cfg.act not in ("gelu", "gelu_tanh"),
+         "has CLIP options (pre-norm, no patch bias, QuickGELU)"),
+        (not cfg.qkv_bias, "has no qkv bias"),
+        (cfg.mlp_dim % cfg.embed_dim, "has an MLP width that is not a whole multiple of the "
+                                      "width (Dinov2Config's mlp_ratio is an integer)"),
+        (cfg.img_size[0] != cfg.img_size[1], "takes rectangular images"),
+    ] if bad]
+
+
+def from_vitkit(model) -> tuple[StateDict, dict]:
+    """vitkit model -> (state dict, config.json) of ``Dinov2Model`` (or with registers), in
+    transformers 4's key names, which transformers 5 reads too."""
+    cfg = model.cfg
+    s = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    pos = s["pos_embed"]
+    cls = s["cls_token"]
+    if cfg.no_embed_class:  # Hugging Face's table has a [CLS] row: zero, the token holds it
+        pos = torch.cat([torch.zeros_like(pos[:, :1]), pos], 1)
+    out: StateDict = {
+        "embeddings.cls_token": cls, "embeddings.mask_token": torch.zeros(1, cfg.embed_dim),
+        "embeddings.position_embeddings": pos,
+        "embeddings.patch_embeddings.projection.weight": s["patch_embed.proj.weight"],
+        "embeddings.patch_embeddings.projection.bias": s["patch_embed.proj.bias"],
+        "layernorm.weight": s["norm.weight"], "layernorm.bias": s["norm.bias"],
+    }
+    if cfg.num_reg_tokens:
+        out["embeddings.register_tokens"] = s["reg_token"]
+    for i in range(cfg.depth):
+        hf, o = f"encoder.layer.{i}.", f"blocks.{i}."
+        for part in ("weight", "bias"):
+            for n, t in zip(("query", "key", "value"), s[f"{o}attn.qkv.{part}"].chunk(3),
+                            strict=True):
+                out[f"{hf}attention.attention.{n}.{part}"] = t.contiguous()
+            out[f"{hf}attention.output.dense.{part}"] = s[f"{o}attn.proj.{part}"]
+            for theirs, ours in _BLOCK:
+                out[f"{hf}{theirs}.{part}"] = s[f"{o}{ours}.{part}"]
+        out[f"{hf}layer_scale1.lambda1"] = s[f"{o}ls1.gamma"]
+        out[f"{hf}layer_scale2.lambda1"] = s[f"{o}ls2.gamma"]
+    registers = cfg.num_reg_tokens > 0
+    config = {
+        "architectures": ["Dinov2WithRegistersModel" if registers else "Dinov2Model"],
+        "model_type": "dinov2_with_registers" if registers else "dinov2",
+        "hidden_size": cfg.embed_dim, "num_hidden_layers": cfg.depth,
+        "num_attention_heads": cfg.num_heads, "mlp_ratio": cfg.mlp_dim // cfg.embed_dim,
+        "image_size": cfg.img_size[0], "patch_size": cfg.patch_size,
+        "num_channels": cfg.in_chans, "layer_norm_eps": cfg.norm_eps, "qkv_bias": True,
+        "layerscale_value": cfg.init_values, "use_swiglu_ffn": False,
+        "hidden_act": "gelu" if cfg.act == "gelu" else "gelu_pytorch_tanh",
+        "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+    }
+    if registers:
+        config["num_register_tokens"] = cfg.num_reg_tokens
+    return out, config

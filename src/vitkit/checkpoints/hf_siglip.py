@@ -5,8 +5,17 @@ then LayerNorm and MLP), which is vitkit's ``pool="map"``."""
 
 from __future__ import annotations
 
+import torch
+
 from vitkit.checkpoints.common import Checkpoint, StateDict
-from vitkit.checkpoints.hf_clip import act_of, encoder_to_vitkit, vision_config, vision_part
+from vitkit.checkpoints.hf_clip import (
+    act_of,
+    encoder_from_vitkit,
+    encoder_to_vitkit,
+    tower_refusals,
+    vision_config,
+    vision_part,
+)
 
 NAME = "hf-siglip"
 LABEL = "Hugging Face SigLIP vision tower (embeddings.patch_embedding, head.probe)"
@@ -55,3 +64,50 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
         act=act_of(cfg), norm_eps=cfg.get("layer_norm_eps", 1e-6),
     )
     return out, kwargs, {"mean": [0.5] * 3, "std": [0.5] * 3}
+
+
+def refusals(cfg) -> list[str]:
+    """Why ``SiglipVisionModel`` cannot hold this model."""
+    return [msg for bad, msg in [
+        (getattr(cfg, "family", "vit") == "cnn", "is a CNN"),
+        (cfg.pool != "map", "does not pool by attention (a MAP head)"),
+        (cfg.class_token or cfg.num_reg_tokens, "has prefix tokens"),
+        (cfg.num_classes > 0, "has a head (SiglipVisionModel ends at the MAP head)"),
+        (cfg.init_values is not None or cfg.pre_norm or not cfg.patch_bias,
+         "has LayerScale or CLIP options"),
+    ] if bad] + tower_refusals(cfg)
+
+
+def from_vitkit(model) -> tuple[StateDict, dict]:
+    """vitkit model -> (state dict, config.json) of ``SiglipVisionModel``."""
+    cfg = model.cfg
+    s = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    p = "vision_model."
+    out: StateDict = {
+        f"{p}embeddings.patch_embedding.weight": s["patch_embed.proj.weight"],
+        f"{p}embeddings.patch_embedding.bias": s["patch_embed.proj.bias"],
+        f"{p}embeddings.position_embedding.weight": s["pos_embed"][0],
+        f"{p}post_layernorm.weight": s["norm.weight"], f"{p}post_layernorm.bias": s["norm.bias"],
+        f"{p}head.probe": s["attn_pool.latent"],
+        f"{p}head.attention.in_proj_weight": torch.cat([s["attn_pool.q.weight"],
+                                                        s["attn_pool.kv.weight"]]),
+        f"{p}head.attention.in_proj_bias": torch.cat([s["attn_pool.q.bias"],
+                                                      s["attn_pool.kv.bias"]]),
+        f"{p}head.attention.out_proj.weight": s["attn_pool.proj.weight"],
+        f"{p}head.attention.out_proj.bias": s["attn_pool.proj.bias"],
+    }
+    for theirs, ours in (("head.layernorm", "attn_pool.norm"), ("head.mlp.fc1",
+                         "attn_pool.mlp.fc1"), ("head.mlp.fc2", "attn_pool.mlp.fc2")):
+        for part in ("weight", "bias"):
+            out[f"{p}{theirs}.{part}"] = s[f"{ours}.{part}"]
+    out.update(encoder_from_vitkit(s, cfg.depth, p))
+    config = {
+        "architectures": ["SiglipVisionModel"], "model_type": "siglip_vision_model",
+        "hidden_size": cfg.embed_dim, "num_hidden_layers": cfg.depth,
+        "num_attention_heads": cfg.num_heads, "intermediate_size": cfg.mlp_dim,
+        "image_size": cfg.img_size[0], "patch_size": cfg.patch_size,
+        "num_channels": cfg.in_chans, "layer_norm_eps": cfg.norm_eps,
+        "hidden_act": {"gelu_tanh": "gelu_pytorch_tanh", "gelu": "gelu",
+                       "quick_gelu": "quick_gelu"}[cfg.act],
+    }
+    return out, config

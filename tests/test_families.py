@@ -11,7 +11,7 @@ from conftest import small_vit
 from safetensors.torch import save_file
 
 import vitkit
-from vitkit import CheckpointError
+from vitkit import CheckpointError, explain
 from vitkit.models import inference
 from vitkit.models.registry import _FAMILY_MODELS
 
@@ -327,3 +327,51 @@ def test_hf_export_of_the_families_loads_in_transformers(tmp_path, kw, peer_clas
     theirs = theirs if theirs is not None else out.pooler_output
     assert max_diff(theirs, logits(model, x)) < TOL
     assert max_diff(logits(vitkit.load_model(tmp_path / "hf"), x), logits(model, x)) < 1e-6
+
+
+@pytest.mark.parametrize("name", ["deit3_small_patch16_224", "vit_base_patch32_clip_224",
+                                  "vit_base_patch16_siglip_224"])
+def test_after_a_resize_the_families_equal_timm(tmp_path, name):
+    """Loaded at another size, the table is resampled as timm's resample_abs_pos_embed
+    (bicubic, antialias off) does: the same logits as timm's model built at that size."""
+    from timm.layers import resample_abs_pos_embed
+
+    peer = perturb(timm.create_model(name))
+    torch.save(peer.state_dict(), tmp_path / "m.pth")
+    (tmp_path / "hub").mkdir()
+    save_file({k: v.contiguous() for k, v in peer.state_dict().items()},
+              tmp_path / "hub" / "model.safetensors")
+    (tmp_path / "hub" / "config.json").write_text(json.dumps({"architecture": name}))
+    model = vitkit.load_model(tmp_path / "hub", img_size=288, verbose=False)
+    state = peer.state_dict()
+    patch = peer.patch_embed.patch_size[0]
+    old, new = 224 // patch, 288 // patch
+    state["pos_embed"] = resample_abs_pos_embed(
+        state["pos_embed"], (new, new), (old, old), num_prefix_tokens=0 if peer.no_embed_class
+        else peer.num_prefix_tokens, interpolation="bicubic", antialias=False)
+    resized = timm.create_model(name, img_size=288).eval()
+    resized.load_state_dict(state)
+    x = torch.randn(2, 3, 288, 288)
+    assert max_diff(logits(model, x), logits(resized, x)) < TOL
+
+
+@pytest.mark.parametrize("kw", [
+    dict(init_values=0.5, num_reg_tokens=4, no_embed_class=True),
+    dict(init_values=0.5, no_embed_class=True),
+    dict(pre_norm=True, patch_bias=False, head_bias=False, act="quick_gelu"),
+    dict(pool="map", class_token=False, act="gelu_tanh"),
+], ids=["dinov2-registers", "deit3", "clip", "siglip"])
+def test_every_applicable_method_and_the_metrics_work_for_each_family(kw):
+    from vitkit.explain import metrics
+    from vitkit.explain.methods import applicable
+
+    model = small_vit(scale=0.2, **kw)
+    x = torch.randn(2, 3, 32, 32)
+    methods = applicable(model.cfg)
+    assert ("cls" in methods) == ("class_token" not in kw)
+    assert ("map" in methods) == (kw.get("pool") == "map")
+    for method in methods:
+        out = explain.explain_map(model, x, method)
+        assert out.map.shape == (2, 8, 8) and torch.isfinite(out.map).all(), method
+    curves = metrics.deletion_insertion(model, x, out.map, out.target)
+    assert curves.deletion.shape[0] == 2 and torch.isfinite(curves.deletion_auc).all()

@@ -6,6 +6,7 @@ names the input, and nothing already written modified or deleted. A new case is 
 import errno
 import hashlib
 import os
+import random
 import struct
 import tempfile
 import urllib.error
@@ -55,7 +56,7 @@ def ws(tmp_path_factory):
     (w / "mixed" / os.fsdecode(b"caf\xe9.png")).write_bytes(b"\x89PNG broken")
     (w / "bomb.png").write_bytes(_png_claiming(20000, 20000))
     (w / "empty.pth").write_bytes(b"")
-    (w / "random.pth").write_bytes(os.urandom(4096))
+    (w / "random.pth").write_bytes(random.Random(0).randbytes(4096))
     (w / "text.jpg").write_text("not an image")
     (w / "no-weights").mkdir()
     (w / "empty-dir").mkdir()
@@ -280,3 +281,12 @@ def test_a_yaml_number_read_as_text_is_converted(tmp_path):
     (tmp_path / "c.yaml").write_text('lr: 5e-4\nepochs: "3"\nhflip: "true"\n')
     cfg = resolve({}, str(tmp_path / "c.yaml"))
     assert (cfg.lr, cfg.epochs, cfg.hflip) == (5e-4, 3, True)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_any_random_bytes_are_not_a_checkpoint(tmp_path, seed):
+    """The unpickler raises many types on arbitrary bytes; every one is a CheckpointError."""
+    path = tmp_path / "random.pth"
+    path.write_bytes(random.Random(seed).randbytes(random.Random(seed).randint(1, 5000)))
+    with pytest.raises(vitkit.CheckpointError, match="random.pth"):
+        vitkit.load_model(path)

@@ -94,6 +94,12 @@ def _read_torch(path: Path) -> StateDict:
             f"cannot read {path} ({os.path.getsize(path):,} bytes): the file is truncated or "
             f"corrupt, or not a PyTorch checkpoint ({err}). Download or copy it again."
         ) from err
+    except Exception as err:  # the unpickler raises anything on arbitrary bytes
+        # (IndexError, UnicodeDecodeError, ...): whatever it is, the file is not a checkpoint
+        raise CheckpointError(
+            f"{path} ({os.path.getsize(path):,} bytes) is not a valid checkpoint: reading it "
+            f"failed with {type(err).__name__}: {err}. Download or copy it again."
+        ) from err
     return _unwrap(obj, path)
 
 

@@ -225,7 +225,7 @@ def _hub_cache(root, repo="acme/tiny-vit", rev=SHA):
 
 _LOAD_BY_ID = """
 import sys, torch, vitkit
-x = torch.load(sys.argv[1])
+x = torch.load(sys.argv[1], weights_only=True)
 for source in ("hf-hub:acme/tiny-vit", "acme/tiny-vit", "hf-hub:acme/tiny-vit@" + sys.argv[2]):
     m = vitkit.load_model(source, verbose=False)
     print(m.load_record["format"], m(x).tolist())

@@ -18,8 +18,6 @@ __all__ = ["Checkpoint", "CheckpointError", "StateDict", "cnn_refusal", "full_st
            "infer_grid", "infer_num_heads", "new_options_refusal", "refuse", "strip_prefix"]
 
 
-
-
 @dataclass
 class Checkpoint:
     """Tensors read from disk, the config that came with them, and where they came from."""

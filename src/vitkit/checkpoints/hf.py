@@ -50,9 +50,20 @@ _TOP = {
 }
 
 
-# Hugging Face's hidden_act names -> vitkit's act (gelu_new is the tanh approximation)
-_HF_ACTS = {"gelu": "gelu", "quick_gelu": "quick_gelu", "gelu_pytorch_tanh": "gelu_tanh",
-            "gelu_new": "gelu_tanh"}
+# Hugging Face's hidden_act names -> vitkit's act (gelu_new is the tanh approximation); every
+# Hugging Face layout (ViT, DINOv2, CLIP, SigLIP) reads and writes through these two tables
+ACTS = {"gelu": "gelu", "quick_gelu": "quick_gelu", "gelu_pytorch_tanh": "gelu_tanh",
+        "gelu_new": "gelu_tanh"}
+HF_ACT = {"gelu": "gelu", "quick_gelu": "quick_gelu", "gelu_tanh": "gelu_pytorch_tanh"}
+
+
+def act_of(config: dict) -> str:
+    """vitkit's ``act`` for a Hugging Face config's ``hidden_act``; an error for others."""
+    act = ACTS.get(config.get("hidden_act", "gelu"))
+    if act is None:
+        raise CheckpointError(f"hidden_act {config['hidden_act']!r} is not supported; vitkit "
+                              f"reads {', '.join(ACTS)}")
+    return act
 
 
 def detect(ckpt: Checkpoint) -> bool:
@@ -63,10 +74,7 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
     if not config:
         raise CheckpointError("a Hugging Face ViT needs its config.json beside the weights "
                               "(load the folder save_pretrained wrote, not the bare file)")
-    act = _HF_ACTS.get(config.get("hidden_act", "gelu"))
-    if act is None:
-        raise CheckpointError(f"hidden_act {config['hidden_act']!r} is not supported; vitkit "
-                              f"reads {', '.join(_HF_ACTS)}")
+    act = act_of(config)
     state = strip_prefix(state, "vit.")
     state.pop("embeddings.mask_token", None)  # only used for masked-image-modelling
     depth = depth_of(state, r"encoder\.layer\.(\d+)\.")

@@ -11,13 +11,11 @@ from __future__ import annotations
 import torch
 
 from vitkit.checkpoints.common import Checkpoint, CheckpointError, StateDict, strip_prefix
+from vitkit.checkpoints.hf import HF_ACT, act_of
 from vitkit.checkpoints.timm import depth_of
 
 NAME = "hf-clip"
 LABEL = "Hugging Face CLIP vision tower (vision_model.embeddings.class_embedding)"
-# Hugging Face's hidden_act names -> vitkit's act
-ACTS = {"quick_gelu": "quick_gelu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
-        "gelu_new": "gelu_tanh"}
 _BLOCK = {"layer_norm1": "norm1", "self_attn.out_proj": "attn.proj", "layer_norm2": "norm2",
           "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2"}
 
@@ -57,14 +55,6 @@ def vision_config(config: dict | None, what: str) -> dict:
         raise CheckpointError(f"a Hugging Face {what} needs its config.json beside the weights "
                               "(load the folder save_pretrained wrote, not the bare file)")
     return config.get("vision_config") or config
-
-
-def act_of(config: dict) -> str:
-    act = ACTS.get(config.get("hidden_act", "gelu"))
-    if act is None:
-        raise CheckpointError(f"hidden_act {config['hidden_act']!r} is not supported; vitkit "
-                              f"reads {', '.join(ACTS)}")
-    return act
 
 
 def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
@@ -140,16 +130,19 @@ def from_vitkit(model) -> tuple[StateDict, dict]:
     out.update(encoder_from_vitkit(s, cfg.depth, "vision_model."))
     if cfg.num_classes:
         out["visual_projection.weight"] = s["head.weight"]
-    config = {
-        "architectures": ["CLIPVisionModelWithProjection"], "model_type": "clip_vision_model",
-        "hidden_size": cfg.embed_dim, "num_hidden_layers": cfg.depth,
-        "num_attention_heads": cfg.num_heads, "intermediate_size": cfg.mlp_dim,
-        "image_size": cfg.img_size[0], "patch_size": cfg.patch_size,
-        "num_channels": cfg.in_chans, "layer_norm_eps": cfg.norm_eps,
-        "hidden_act": {v: k for k, v in ACTS.items() if k != "gelu_new"}[cfg.act],
-        "projection_dim": cfg.num_classes or cfg.embed_dim,
-    }
+    config = {"architectures": ["CLIPVisionModelWithProjection"],
+              "model_type": "clip_vision_model", **tower_config(cfg),
+              "projection_dim": cfg.num_classes or cfg.embed_dim}
     return out, config
+
+
+def tower_config(cfg) -> dict:
+    """The ``config.json`` fields every Hugging Face vision tower (CLIP, SigLIP) shares."""
+    return {"hidden_size": cfg.embed_dim, "num_hidden_layers": cfg.depth,
+            "num_attention_heads": cfg.num_heads, "intermediate_size": cfg.mlp_dim,
+            "image_size": cfg.img_size[0], "patch_size": cfg.patch_size,
+            "num_channels": cfg.in_chans, "layer_norm_eps": cfg.norm_eps,
+            "hidden_act": HF_ACT[cfg.act]}
 
 
 def encoder_from_vitkit(s: StateDict, depth: int, prefix: str) -> StateDict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from vitkit.checkpoints.common import Checkpoint, CheckpointError, StateDict, infer_grid
+from vitkit.checkpoints.hf import HF_ACT, act_of
 from vitkit.checkpoints.timm import depth_of
 
 NAME = "hf-dinov2"
@@ -74,7 +75,7 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
         mlp_dim=out["blocks.0.mlp.fc1.weight"].shape[0], init_values=1e-5,
         num_reg_tokens=regs.shape[1] if regs is not None else 0,
         no_embed_class=regs is not None, norm_eps=config.get("layer_norm_eps", 1e-6),
-        act="gelu" if config.get("hidden_act", "gelu") == "gelu" else "gelu_tanh",
+        act=act_of(config),
         dynamic_img_size=True,  # interpolated to every input, bicubic, as Dinov2Model does
         pos_antialias=regs is not None,  # Dinov2WithRegistersModel antialiases, Dinov2Model not
     )
@@ -136,7 +137,7 @@ def from_vitkit(model) -> tuple[StateDict, dict]:
         "image_size": cfg.img_size[0], "patch_size": cfg.patch_size,
         "num_channels": cfg.in_chans, "layer_norm_eps": cfg.norm_eps, "qkv_bias": True,
         "layerscale_value": cfg.init_values, "use_swiglu_ffn": False,
-        "hidden_act": "gelu" if cfg.act == "gelu" else "gelu_pytorch_tanh",
+        "hidden_act": HF_ACT[cfg.act],
         "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
     }
     if registers:

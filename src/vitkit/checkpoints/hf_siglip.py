@@ -8,10 +8,11 @@ from __future__ import annotations
 import torch
 
 from vitkit.checkpoints.common import Checkpoint, StateDict
+from vitkit.checkpoints.hf import act_of
 from vitkit.checkpoints.hf_clip import (
-    act_of,
     encoder_from_vitkit,
     encoder_to_vitkit,
+    tower_config,
     tower_refusals,
     vision_config,
     vision_part,
@@ -101,13 +102,6 @@ def from_vitkit(model) -> tuple[StateDict, dict]:
         for part in ("weight", "bias"):
             out[f"{p}{theirs}.{part}"] = s[f"{ours}.{part}"]
     out.update(encoder_from_vitkit(s, cfg.depth, p))
-    config = {
-        "architectures": ["SiglipVisionModel"], "model_type": "siglip_vision_model",
-        "hidden_size": cfg.embed_dim, "num_hidden_layers": cfg.depth,
-        "num_attention_heads": cfg.num_heads, "intermediate_size": cfg.mlp_dim,
-        "image_size": cfg.img_size[0], "patch_size": cfg.patch_size,
-        "num_channels": cfg.in_chans, "layer_norm_eps": cfg.norm_eps,
-        "hidden_act": {"gelu_tanh": "gelu_pytorch_tanh", "gelu": "gelu",
-                       "quick_gelu": "quick_gelu"}[cfg.act],
-    }
+    config = {"architectures": ["SiglipVisionModel"], "model_type": "siglip_vision_model",
+              **tower_config(cfg)}
     return out, config

@@ -77,7 +77,8 @@ class Preprocess:
         self.mean, self.std = tuple(mean), tuple(std)
 
     def __call__(self, img: Image.Image) -> torch.Tensor:
-        return preprocess(to_rgb(img), self.size, self.mean, self.std)[0]
+        rgb = img if img.mode == "RGB" else to_rgb(img)  # datasets yield RGB: no copy per item
+        return preprocess(rgb, self.size, self.mean, self.std)[0]
 
 
 def load_image(path: str | os.PathLike, size: tuple[int, int],

@@ -564,7 +564,11 @@ class VisionTransformer(nn.Module):
             if pre_logits:
                 return (cls + dist) / 2
             return (self.head(cls) + self.head_dist(dist)) / 2
-        x = self.head_drop(self.pre_logits(self.fc_norm(self.pool(x))))
+        return self._classify(self.pool(x), pre_logits)
+
+    def _classify(self, pooled: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """(B, D) pooled vector -> (B, num_classes), or the pre-logits vector."""
+        x = self.head_drop(self.pre_logits(self.fc_norm(pooled)))
         return x if pre_logits else self.head(x)
 
     def forward(
@@ -588,5 +592,5 @@ class VisionTransformer(nn.Module):
         x, maps = self.forward_features(x, True, attn_layers)
         if self.attn_pool is not None:  # the MAP head's attention is this model's readout map
             pooled, maps.pool_attention = self.attn_pool(x, return_attn=True)
-            return self.head(self.head_drop(self.pre_logits(self.fc_norm(pooled)))), maps
+            return self._classify(pooled), maps
         return self.forward_head(x), maps

@@ -68,6 +68,11 @@ def ws(tmp_path_factory):
     (w / "negative.yaml").write_text("epochs: -2\n")
     (w / "unknown.yaml").write_text("learning_rate: 0.1\n")
     (w / "list.yaml").write_text("- lr\n- 0.1\n")
+    (w / "idx-cut").mkdir()  # MNIST's IDX files, the images cut short
+    (w / "idx-cut" / "train-images-idx3-ubyte").write_bytes(
+        struct.pack(">4I", 0x803, 60000, 28, 28) + bytes(100))
+    (w / "idx-cut" / "train-labels-idx1-ubyte").write_bytes(
+        struct.pack(">2I", 0x801, 60000) + bytes(60000))
     run = train(resolve(dict(data="digits", img_size=16, model="vit_nano_patch4_32",
                              steps=4, batch_size=32, out=str(w / "runs"), name="run",
                              checkpoint_every=2)), progress=False)
@@ -104,6 +109,16 @@ def _read_only(monkeypatch):
 
     monkeypatch.setattr(Path, "mkdir", mkdir)
     monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+
+
+def _no_debian_fashion_mnist(monkeypatch):
+    import vitkit.data.idx
+    monkeypatch.setattr(vitkit.data.idx, "DEBIAN_FASHION_MNIST", Path("/nonexistent/fashion"))
+
+
+def _elsewhere(monkeypatch):
+    """Run from an empty folder (no runs/demo there)."""
+    monkeypatch.chdir(tempfile.mkdtemp())
 
 
 def _hub_offline(monkeypatch):
@@ -171,6 +186,12 @@ CASES = [
     ("train --data imagefolder:{ws}/missing --out {ws}/runs", "missing does not exist", None),
     ("train --data cifar10 --download --data-root {ws}/cifar --out {ws}/runs",
      "downloading cifar10 failed", _offline),
+    ("train --data fashion-mnist --data-root {ws}/empty-dir --out {ws}/runs",
+     "apt-get install dataset-fashion-mnist", _no_debian_fashion_mnist),
+    ("train --data mnist --data-root {ws}/idx-cut --out {ws}/runs",
+     "{ws}/idx-cut/train-images-idx3-ubyte is truncated", None),
+    ("train --data fashion-mnist:0-10 --out {ws}/runs", "fashion-mnist:CLASSES takes class "
+     "numbers 0-9", None),
     ("train --resume {ws}/missing-run", "--resume {ws}/missing-run: no such run folder", None),
     ("train --resume {ws}/empty-dir", "nothing to resume in {ws}/empty-dir", None),
     ("train --resume {ws}/a-file", "a-file is a file", None),
@@ -181,6 +202,8 @@ CASES = [
     ("train --init {ws}/random.pth --out {ws}/runs", "random.pth", None),
     # eval
     ("eval {ws}/vit.safetensors --data nope", "unknown dataset 'nope'", None),
+    ("eval {ws}/vit.safetensors --data mnist --data-root {ws}/empty-dir",
+     "mnist is not in {ws}/empty-dir", None),
     ("eval {ws}/missing.safetensors --data digits", "missing.safetensors", None),
     ("eval {ws}/vit.safetensors --data digits", "the checkpoint has 3 classes but digits has 10",
      None),
@@ -208,6 +231,16 @@ CASES = [
     ("doctor {ws}/vit.safetensors --image {ws}/text.jpg", "cannot read image", None),
     ("doctor {ws}/vit.safetensors --data nope", "unknown dataset 'nope'", None),
     ("doctor {ws}/maps.npy", "maps.npy has shape (5,)", None),
+    # explore (each refused before a server starts)
+    ("explore --checkpoint {ws}/missing.safetensors", "missing.safetensors", None),
+    ("explore --checkpoint {ws}/random.pth", "is not a valid checkpoint", None),
+    ("explore --checkpoint {ws}/cnn.safetensors", "this checkpoint is a CNN", None),
+    ("explore --checkpoint {ws}/vit.safetensors --images {ws}/text.jpg", "is not a folder",
+     None),
+    ("explore --checkpoint {ws}/vit.safetensors --port 70000", "--port must be 0..65535", None),
+    ("explore --checkpoint {ws}/vit.safetensors --max-upload-mb 0", "must be positive", None),
+    ("explore --checkpoint {ws}/vit.safetensors --max-megapixels -1", "must be positive", None),
+    ("explore", "no --checkpoint given and no demo model at runs/demo", _elsewhere),
     # demo
     ("demo --vit-steps 0 --out {ws}/demo", "--vit-steps must be 1 or more", None),
     ("demo --quick --out {ws}/read-only/demo", "read-only file system", _read_only),

@@ -37,6 +37,51 @@ def test_tiny_data_study_writes_consistent_csv_markdown_and_plot(tmp_path):
         img.load()
 
 
+def test_the_study_resumes_and_keeps_weights_only_where_needed(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "study"
+    argv = ["study", "--fractions", "0.1", "--steps", "2", "--batch-size", "32", "--out",
+            str(out)]
+    trained = []
+    real_train = study.train
+    monkeypatch.setattr(study, "train", lambda cfg: trained.append(cfg.name) or real_train(cfg))
+    assert main(argv) == 0
+    assert sorted(trained) == sorted(f"{arm}-f0.1-s0" for arm in study.ARMS)
+    printed = capsys.readouterr().out
+    assert "[1/4] ResNet-18, 10%" in printed and "elapsed, about" in printed
+    assert "[4/4] ViT distilled from the CNN" in printed
+    # the teacher's weights went once its student trained; every run kept config and metrics
+    assert not list(out.rglob("*.safetensors")) and not list(out.rglob("state.pt"))
+    for arm in study.ARMS:
+        assert (out / f"{arm}-f0.1-s0" / "config.yaml").exists()
+        assert (out / f"{arm}-f0.1-s0" / "metrics.csv").exists()
+    first = (out / "study.csv").read_text()
+
+    trained.clear()  # run again: nothing to do, the same report
+    assert main(argv) == 0
+    assert trained == [] and "done before" in capsys.readouterr().out
+    assert (out / "study.csv").read_text() == first
+
+    (out / "results" / "vit-f0.1-s0.json").unlink()  # a crash during that run
+    assert main(argv) == 0
+    assert trained == ["vit-f0.1-s0"]
+
+
+def test_a_study_resumed_before_its_student_retrains_the_missing_teacher(tmp_path, monkeypatch):
+    out = tmp_path / "study"
+    argv = ["study", "--fractions", "0.1", "--steps", "2", "--batch-size", "32", "--out",
+            str(out), "--keep-checkpoints"]
+    assert main(argv) == 0
+    assert len(list(out.rglob("best.safetensors"))) == 4  # --keep-checkpoints keeps them all
+    (out / "results" / "vit-distilled-f0.1-s0.json").unlink()
+    for f in (out / "cnn-f0.1-s0").glob("*.safetensors"):
+        f.unlink()
+    trained = []
+    real_train = study.train
+    monkeypatch.setattr(study, "train", lambda cfg: trained.append(cfg.name) or real_train(cfg))
+    assert main(argv[:-1]) == 0
+    assert trained == ["cnn-f0.1-s0", "vit-distilled-f0.1-s0"]
+
+
 def test_tiny_patch_study(tmp_path):
     out = tmp_path / "p"
     assert main(["study", "--mode", "patch", "--patch-sizes", "4", "8", "--steps", "2",
@@ -52,6 +97,7 @@ def test_quick_demo_writes_a_report_with_every_section(tmp_path, capsys):
     assert main(["demo", "--quick", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "report:" in printed and "vit_micro_patch4_32" in printed and "resnet18" in printed
+    assert f"vitkit explore --checkpoint {out / 'vit' / 'best.safetensors'}" in printed
     page = (out / "report.html").read_text()
     for section in ("Comparison", "Training curves", "What the ViT attends to"):
         assert f"<h2>{section}</h2>" in page

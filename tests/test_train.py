@@ -255,7 +255,9 @@ def test_empty_class_and_missing_data_are_errors_before_training(tmp_path):
     with pytest.raises(DataError, match="put the extracted 'cifar-10-batches-py' folder"):
         load_split("cifar10", "train", root=str(tmp_path))
     with pytest.raises(DataError, match="unknown dataset"):
-        load_split("mnist", "train")
+        load_split("svhn", "train")
+    with pytest.raises(DataError, match="mnist is not in"):  # no Debian fallback for MNIST
+        load_split("mnist", "train", root=tmp_path / "none")
 
 
 # ------------------------------------------------------------------------- eval and predict

@@ -51,6 +51,7 @@ def describe_os_error(err: OSError) -> str:
     return f"{err.strerror or err} ({where})"
 
 
+WEB_MODULES = ("fastapi", "uvicorn", "starlette", "multipart", "python_multipart")
 MISSING: dict[str, ImportError] = {}  # commands whose optional dependencies are not installed
 
 
@@ -74,16 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     if argv and argv[0] in MISSING:
         err = MISSING[argv[0]]
+        extra = "web" if err.name in WEB_MODULES else "train,viz"
         print(f"vitkit {argv[0]}: error: this command needs {err.name}, which is not "
-              "installed; install the extras with: pip install 'vitkit[train,viz]'",
+              f"installed; install the extras with: pip install 'vitkit[{extra}]'",
               file=sys.stderr)
         return 2
     args = parser.parse_args(argv)

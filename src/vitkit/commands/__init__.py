@@ -12,7 +12,7 @@ from types import ModuleType
 
 # The order is the order of ``vitkit --help``.
 COMMANDS = ("info", "list", "convert", "resize", "attention", "train", "eval", "predict",
-            "doctor", "demo", "study", "bench")
+            "doctor", "explore", "demo", "study", "bench")
 
 
 def load(name: str) -> ModuleType:

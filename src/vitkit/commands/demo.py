@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from PIL import Image
 from torch.utils.flop_counter import FlopCounterMode
 
 from vitkit import explain
 from vitkit.checkpoints.io import load_model
 from vitkit.data.digits import cluttered_digits
-from vitkit.data.images import load_image, preprocessing
+from vitkit.data.images import load_image, preprocess, preprocessing, to_rgb
 from vitkit.errors import ConfigError
 from vitkit.models.cost import flop_model
 from vitkit.train.config import resolve
@@ -72,7 +73,8 @@ def _examples(opts: DemoOptions, vit):
 
     split = load_split(opts.data, "val", opts.img_size)
     files = [split.images[i] for i in range(min(opts.images, len(split)))]
-    loaded = [load_image(f, size, mean, std) for f in files]
+    loaded = [preprocess(to_rgb(f), size, mean, std) if isinstance(f, Image.Image)
+              else load_image(f, size, mean, std) for f in files]  # in memory, or files
     return (torch.stack([x for x, _ in loaded]), [p for _, p in loaded], None,
             torch.tensor(split.labels[:len(files)]))
 
@@ -156,11 +158,15 @@ def run_demo(opts: DemoOptions, say=print) -> Path:
         report.image(mosaic, "layers (rows) x heads (columns)")
     path = report.write(out / "report.html")
     say(f"report: {path.resolve()}")
+    best = runs["vit"][0].run_dir / "best.safetensors"
+    say(f"look inside the ViT in your browser: vitkit explore --checkpoint {best}")
     return path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", default=None, help="cluttered-digits (default) or imagefolder:PATH")
+    p.add_argument("--data", default=None,
+                   help="cluttered-digits (default), or digits, fashion-mnist, mnist, "
+                        "imagefolder:PATH, cifar10, cifar100 (from ./data)")
     p.add_argument("--img-size", type=int, default=None, help="input side (default 32)")
     p.add_argument("--vit", default=None, help="ViT to train (default vit_micro_patch4_32)")
     p.add_argument("--cnn", default=None, help="CNN to train (default resnet18)")

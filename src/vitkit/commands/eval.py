@@ -56,10 +56,12 @@ def evaluate_checkpoint(checkpoint: str | os.PathLike, data: str, split: str = "
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint")
-    p.add_argument("--data", required=True, help="digits, cluttered-digits, imagefolder:PATH, "
-                                                 "cifar10, cifar100")
+    p.add_argument("--data", required=True,
+                   help="digits, digits:CLASSES, cluttered-digits, fashion-mnist, mnist (also "
+                        ":CLASSES, e.g. fashion-mnist:0-4), imagefolder:PATH, cifar10, cifar100")
     p.add_argument("--split", choices=["train", "val"], default="val")
-    p.add_argument("--data-root", default="data", help="where CIFAR lives")
+    p.add_argument("--data-root", default="data",
+                   help="where CIFAR, Fashion-MNIST and MNIST are (default data)")
     p.add_argument("--out", default=None, help="folder for eval.json and confusion.png")
 
 

@@ -10,6 +10,7 @@ accuracy against FLOPs per image. Each writes a CSV, a Markdown table and a plot
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import time
@@ -54,6 +55,7 @@ class StudyOptions:
     patch_sizes: tuple[int, ...] = (2, 4, 8)
     img_sizes: tuple[int, ...] = ()
     out: str = "runs/study"
+    keep_checkpoints: bool = False  # keep every run's weights (default: only what later arms need)
 
 
 def _check(opts: StudyOptions) -> None:
@@ -74,31 +76,86 @@ def _base(opts: StudyOptions) -> dict:
                 eval_every=10**6)  # tiny subsets make many tiny epochs: evaluate at the end
 
 
+WEIGHTS = ("best.safetensors", "last.safetensors", "state.pt")
+
+
+def _drop_weights(run_dir: Path) -> None:
+    """Remove a finished run's weights and resume state; its config, log and metrics stay."""
+    for name in WEIGHTS:
+        (run_dir / name).unlink(missing_ok=True)
+
+
+def _finished(out: Path, name: str) -> dict | None:
+    """The row a finished run left in ``out/results``, or None."""
+    path = out / "results" / f"{name}.json"
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # a damaged record: run it again
+
+
+def _record(out: Path, name: str, row: dict) -> None:
+    (out / "results").mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "results" / f"{name}.json", lambda tmp: tmp.write_text(json.dumps(row)))
+
+
+def _clock(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
 def run_data_study(opts: StudyOptions, say: Callable[[str], None] = print) -> list[dict]:
-    """Every arm at every fraction and seed; the CNN first, as the distilled ViT's teacher."""
+    """Every arm at every fraction and seed; the CNN first, as the distilled ViT's teacher.
+
+    Each finished run leaves its row in ``out/results/NAME.json``: run again, the study skips
+    what is done (a crash loses at most the run in progress). Weights are kept only while a
+    later arm needs them (the CNN until its distilled ViT has trained) unless
+    ``keep_checkpoints``; every run keeps its config, log and metrics.
+    """
     _check(opts)
-    rows = []
-    for seed in range(opts.seeds):
-        for fraction in opts.fractions:
-            teacher = None
-            for arm in ("cnn", "vit", "vit-deit", "vit-distilled"):
-                label, extra = ARMS[arm]
-                extra = dict(extra)
-                if arm == "vit-distilled":
-                    extra["teacher"] = str(teacher)
-                name = f"{arm}-f{fraction:g}-s{seed}"
-                start = time.perf_counter()
-                result = train(resolve({**_base(opts), **extra, "data_fraction": fraction,
-                                        "seed": seed, "name": name}))
-                if arm == "cnn":
-                    teacher = result.run_dir / "best.safetensors"
-                n_images = result.train_images
-                rows.append(dict(arm=arm, model=label, fraction=fraction, images=n_images,
-                                 seed=seed, top1=result.history[-1]["val_top1"],
-                                 best_top1=result.best_top1,
-                                 seconds=round(time.perf_counter() - start, 1)))
-                say(f"{label:<28} {fraction:>5.0%} ({n_images} images), seed {seed}: "
-                    f"top-1 {rows[-1]['top1']:.4f}")
+    out = Path(opts.out)
+    plan = [(seed, fraction, arm) for seed in range(opts.seeds) for fraction in opts.fractions
+            for arm in ("cnn", "vit", "vit-deit", "vit-distilled")]
+    rows, spent, trained, start_all = [], 0.0, 0, time.perf_counter()
+    teacher: Path | None = None
+    for k, (seed, fraction, arm) in enumerate(plan, 1):
+        label, extra = ARMS[arm]
+        name = f"{arm}-f{fraction:g}-s{seed}"
+        done = _finished(out, name)
+        needs_teacher = arm == "cnn" and not opts.keep_checkpoints and \
+            _finished(out, f"vit-distilled-f{fraction:g}-s{seed}") is None
+        if done is not None and not (needs_teacher and
+                                     not (out / name / "best.safetensors").exists()):
+            rows.append(done)
+            if arm == "cnn":
+                teacher = out / name / "best.safetensors"
+            say(f"[{k}/{len(plan)}] {label}, {fraction:.0%}, seed {seed}: done before "
+                f"(top-1 {done['top1']:.4f})")
+            continue
+        extra = dict(extra)
+        if arm == "vit-distilled":
+            extra["teacher"] = str(teacher)
+        start = time.perf_counter()
+        result = train(resolve({**_base(opts), **extra, "data_fraction": fraction,
+                                "seed": seed, "name": name}))
+        seconds = time.perf_counter() - start
+        row = dict(arm=arm, model=label, fraction=fraction, images=result.train_images,
+                   seed=seed, top1=result.history[-1]["val_top1"], best_top1=result.best_top1,
+                   steps=result.history[-1]["step"], seconds=round(seconds, 1))
+        _record(out, name, row)
+        rows.append(row)
+        if arm == "cnn":
+            teacher = result.run_dir / "best.safetensors"
+        elif not opts.keep_checkpoints:
+            _drop_weights(result.run_dir)
+            if arm == "vit-distilled" and teacher is not None:
+                _drop_weights(teacher.parent)  # the teacher's work is done
+        spent, trained = spent + seconds, trained + 1
+        left = (len(plan) - k) * spent / trained
+        say(f"[{k}/{len(plan)}] {label}, {fraction:.0%} ({result.train_images} images), seed "
+            f"{seed}: top-1 {row['top1']:.4f} in {_clock(seconds)}; "
+            f"{_clock(time.perf_counter() - start_all)} elapsed, about {_clock(left)} left")
     return rows
 
 
@@ -231,7 +288,8 @@ def write_patch_report(rows: list[dict], opts: StudyOptions, out: Path) -> dict[
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=["data", "patch"], default="data")
-    p.add_argument("--data", default=None, help="default digits")
+    p.add_argument("--data", default=None,
+                   help="a data spec as for train --data, e.g. fashion-mnist (default digits)")
     p.add_argument("--img-size", type=int, default=None, help="default 16")
     p.add_argument("--vit", default=None, help="default vit_micro_patch4_32")
     p.add_argument("--fractions", type=float, nargs="+", default=None,
@@ -245,7 +303,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="patch mode (default 2 4 8)")
     p.add_argument("--img-sizes", type=int, nargs="+", default=None,
                    help="patch mode: image sizes to sweep as well")
-    p.add_argument("--out", default=None, help="default runs/study")
+    p.add_argument("--out", default=None,
+                   help="default runs/study; run again with the same --out to resume")
+    p.add_argument("--keep-checkpoints", action="store_true", default=None,
+                   help="keep every run's weights (default: only while a later arm needs them)")
 
 
 def run(args: argparse.Namespace) -> None:

@@ -1,5 +1,7 @@
-"""Datasets by name: ``digits``, ``cluttered-digits``, ``imagefolder:PATH``, ``cifar10``,
-``cifar100``. Each split is a map-style dataset of (PIL RGB image, label) with ``classes``.
+"""Datasets by name: ``digits``, ``cluttered-digits``, ``fashion-mnist``, ``mnist``,
+``imagefolder:PATH``, ``cifar10``, ``cifar100``. Each split is a map-style dataset of (PIL RGB
+image, label) with ``classes``. ``digits``, ``fashion-mnist`` and ``mnist`` also take a subset
+of their classes (``fashion-mnist:0-4``, ``digits:5,6,7``), relabelled 0..k-1 in that order.
 
 Bad data does not stop a long run and is not hidden: unreadable images in an image folder are
 found before training, skipped, counted and listed in the log; an empty class or split is an
@@ -9,6 +11,7 @@ error before training starts.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,19 +20,23 @@ import torch
 from PIL import Image
 
 from vitkit.data.digits import cluttered_digits, digits_split
+from vitkit.data.idx import IDX_CLASSES, load_idx
 from vitkit.data.images import IMAGE_SUFFIXES, to_rgb
 from vitkit.errors import DataError
 
-DATASETS = ("digits", "digits:CLASSES", "cluttered-digits", "imagefolder:PATH", "cifar10",
+DATASETS = ("digits", "digits:CLASSES", "cluttered-digits", "fashion-mnist",
+            "fashion-mnist:CLASSES", "mnist", "mnist:CLASSES", "imagefolder:PATH", "cifar10",
             "cifar100")
-__all__ = ["DATASETS", "IMAGE_SUFFIXES", "DataError", "Split", "load_split"]
+__all__ = ["DATASETS", "IMAGE_SUFFIXES", "DataError", "GreyImages", "Split", "load_split",
+           "parse_classes"]
 
 
 @dataclass
 class Split:
-    """A list of samples: ``images`` are PIL images or file paths, ``labels`` ints."""
+    """A list of samples: ``images`` are PIL images or file paths (a list, or a sequence that
+    makes each image when indexed, as :class:`GreyImages`), ``labels`` ints."""
 
-    images: list
+    images: Sequence
     labels: list[int]
     classes: list[str]
     skipped: list[str] = field(default_factory=list)  # unreadable files left out
@@ -45,6 +52,43 @@ class Split:
         return img, self.labels[i]
 
 
+class GreyImages(Sequence):
+    """Greyscale uint8 pixels (n, H, W) as a sequence of RGB PIL images (H, W), each made when
+    indexed (the grey channel copied to R, G and B): 60,000 images of 28x28 stay one 47 MB
+    array instead of 60,000 PIL objects."""
+
+    def __init__(self, pixels: np.ndarray) -> None:
+        self.pixels = pixels
+
+    def __len__(self) -> int:
+        return len(self.pixels)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return GreyImages(self.pixels[i])
+        return Image.fromarray(np.repeat(self.pixels[i][:, :, None], 3, axis=2))
+
+
+def parse_classes(name: str, text: str, count: int) -> list[int]:
+    """A class subset of dataset ``name`` with ``count`` classes: "5,6,7", "0-4" or "0-2,7" ->
+    the class indices in that order, each in 0..count-1 and named once."""
+    usage = f"{name}:CLASSES takes class numbers 0-{count - 1} like {name}:5,6,7 or {name}:0-4"
+    keep: list[int] = []
+    try:
+        for part in text.split(","):
+            first, dash, last = part.strip().partition("-")
+            keep += list(range(int(first), int(last) + 1)) if dash else [int(first)]
+    except ValueError:
+        raise DataError(f"{usage}; got {text!r}") from None
+    wrong = sorted({c for c in keep if not 0 <= c < count})
+    if not keep or wrong:
+        raise DataError(f"{usage}; got {text!r}"
+                        + (f", which names {', '.join(map(str, wrong))}" if wrong else ""))
+    if len(set(keep)) != len(keep):
+        raise DataError(f"{usage}, each once; got {text!r}")
+    return keep
+
+
 def _tensor_to_pil(t: torch.Tensor) -> Image.Image:
     """(3, H, W) or (H, W) float in [0, 1] -> RGB PIL image."""
     arr = (t.clamp(0, 1) * 255).round().to(torch.uint8)
@@ -57,11 +101,7 @@ def _digits(split: str, img_size: int, classes: str | None = None) -> Split:
     images, labels = digits_split(split)
     keep = list(range(10))
     if classes:
-        try:
-            keep = [int(c) for c in classes.split(",")]
-        except ValueError:
-            raise DataError(
-                f"digits:CLASSES takes digits like digits:5,6,7; got {classes!r}") from None
+        keep = parse_classes("digits", classes, 10)
         mask = torch.isin(labels, torch.tensor(keep))
         images, labels = images[mask], labels[mask]
         labels = torch.tensor([keep.index(int(v)) for v in labels])
@@ -75,6 +115,19 @@ def _cluttered(split: str, img_size: int, size: int) -> Split:
     d = cluttered_digits(n, split, canvas=img_size, align=4, seed=1 if split == "train" else 2)
     return Split([_tensor_to_pil(x) for x in d.images], d.labels.tolist(),
                  [str(i) for i in range(10)])
+
+
+def _idx(name: str, split: str, root: str | os.PathLike, classes: str | None) -> Split:
+    """Fashion-MNIST or MNIST at their 28x28 (the transforms resize), all classes or a subset
+    relabelled 0..k-1 in the order given."""
+    keep = parse_classes(name, classes, len(IDX_CLASSES[name])) if classes else None
+    pixels, labels, names = load_idx(name, split, root)
+    if keep is not None:
+        mask = np.isin(labels, keep)
+        relabel = np.full(len(names), -1, dtype=np.int64)
+        relabel[keep] = np.arange(len(keep))
+        pixels, labels, names = pixels[mask], relabel[labels[mask]], [names[c] for c in keep]
+    return Split(GreyImages(pixels), labels.tolist(), names)
 
 
 def _is_readable(path: Path) -> bool:
@@ -157,12 +210,21 @@ def load_split(spec: str, split: str, img_size: int = 32, *, size: int = 6000,
 
     ``img_size`` sets the side of the built-in digit images; ``size`` the number of
     cluttered-digit training images; ``val_fraction`` and ``seed`` the split of an image folder
-    without train/ and val/; ``root`` and ``download`` apply to CIFAR.
+    without train/ and val/; ``root`` is where CIFAR, Fashion-MNIST and MNIST are, ``download``
+    applies to CIFAR.
+
+    Fashion-MNIST and MNIST are read from their IDX files in ``root`` (or ``root/fashion-mnist``,
+    ``root/FashionMNIST/raw``, ``root/mnist``, ``root/MNIST/raw``; Fashion-MNIST also from
+    Debian's ``dataset-fashion-mnist`` package): "train" is the 60,000 training images, "val"
+    the 10,000 of the standard test set. See :mod:`vitkit.data.idx`.
     """
     if split not in ("train", "val"):
         raise DataError(f"split must be 'train' or 'val', got {split!r}")
     if spec == "digits" or spec.startswith("digits:"):
         out = _digits(split, img_size, spec.split(":", 1)[1] if ":" in spec else None)
+    elif spec.partition(":")[0] in IDX_CLASSES:
+        name, _, classes = spec.partition(":")
+        out = _idx(name, split, root, classes or None)
     elif spec == "cluttered-digits":
         out = _cluttered(split, img_size, size)
     elif spec.startswith("imagefolder:"):

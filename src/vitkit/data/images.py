@@ -5,6 +5,7 @@ command uses (``predict``, ``attention``, ``eval`` and validation during trainin
 
 from __future__ import annotations
 
+import io
 import os
 import warnings
 from pathlib import Path
@@ -102,6 +103,40 @@ def load_image(path: str | os.PathLike, size: tuple[int, int],
     except (OSError, SyntaxError, ValueError) as err:
         raise ImageError(f"cannot read image {path}: {err}") from err
     return preprocess(rgb, size, mean, std)
+
+
+def decode_image(data: bytes, max_pixels: int = 40_000_000, name: str = "the image"
+                 ) -> Image.Image:
+    """Encoded bytes -> an 8-bit RGB PIL image, decoded in memory (never from a path).
+
+    Refused with an :class:`~vitkit.errors.ImageError` naming ``name``: bytes that are not an
+    image, a truncated file, more than ``max_pixels`` pixels (checked from the header before
+    any pixel is decoded), or Pillow's decompression-bomb warning.
+    """
+    if not data:
+        raise ImageError(f"{name} is empty: expected the bytes of an image file (PNG, JPEG, ...)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as img:
+                w, h = img.size
+                if w * h > max_pixels:
+                    raise ImageError(
+                        f"{name} is {w}x{h} = {w * h / 1e6:.1f} megapixels, more than the "
+                        f"{max_pixels / 1e6:g} allowed; scale it down first")
+                img.load()
+                return to_rgb(img)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
+        raise ImageError(f"refused {name}: it is too large to decode safely ({err})") from err
+    except Image.UnidentifiedImageError as err:
+        raise ImageError(f"{name} is not an image Pillow recognises: expected a PNG, JPEG, "
+                         "BMP, GIF, TIFF or WebP file") from err
+    except (OSError, SyntaxError, ValueError) as err:
+        if isinstance(err, ImageError):
+            raise
+        raise ImageError(f"cannot read {name} as an image ({err}): it may be truncated or "
+                         "damaged; expected a whole PNG, JPEG, BMP, GIF, TIFF or WebP file") \
+            from err
 
 
 def find_images(inputs: list[str | os.PathLike]) -> list[Path]:

@@ -5,6 +5,10 @@
 - ``attention_gradients``, ``grad_rollout``, ``chefer``, ``token_gradcam``: gradient methods.
 - ``token_attention``: any token's attention row (no grid needed); ``pool_attention``: a MAP
   head's readout map (SigLIP); ``register_attention``: registers kept apart from the grid.
+- ``readout_attention``: every head of every layer, the readout's rows on the grid (model view).
+- ``causal``: ``logit_lens`` (the prediction read out after every layer) and
+  ``head_importance`` (the class score lost when one head is zeroed).
+- ``stats``: entropy and mean attention distance per head, high-norm artifact tokens.
 - ``explain_map``: any method registered in ``METHODS`` by name -> (B, gh, gw).
 - ``metrics``: deletion / insertion, pointing game, mass in box. Figures live in ``vitkit.viz``.
 
@@ -17,10 +21,12 @@ from vitkit.explain.attention import (
     fuse_heads,
     layout_of,
     pool_attention,
+    readout_attention,
     readout_grid,
     register_attention,
     token_attention,
 )
+from vitkit.explain.causal import head_importance, logit_lens
 from vitkit.explain.gradients import (
     Attribution,
     attention_gradients,
@@ -34,7 +40,8 @@ from vitkit.explain.rollout import attention_rollout, discard_lowest, rollout_fu
 __all__ = [
     "METHODS", "Attribution", "Explanation", "Method", "attention_gradients",
     "attention_rollout", "chefer", "cls_attention", "discard_lowest", "explain_map",
-    "fuse_heads", "grad_rollout", "layout_of", "pool_attention", "readout_grid", "register",
+    "fuse_heads", "grad_rollout", "head_importance", "layout_of", "logit_lens",
+    "pool_attention", "readout_attention", "readout_grid", "register",
     "register_attention", "rollout_fused",
     "token_attention", "token_gradcam",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -156,6 +156,25 @@ def readout_grid(matrix: torch.Tensor, layout: Layout) -> torch.Tensor:
     rows = list(layout.readout) if layout.readout is not None else slice(p, None)
     out = matrix[:, rows, p:].mean(1)  # (B, N)
     return out.reshape(out.shape[0], *layout.grid)
+
+
+def readout_attention(maps: Sequence[torch.Tensor], *, grid=None,
+                      num_prefix_tokens: int | None = None) -> torch.Tensor:
+    """Where the readout looks, in every head of every layer -> (B, layers, heads, gh, gw).
+
+    The rows the head reads (see :func:`readout_grid`): the [CLS] row ([CLS] and distillation
+    rows averaged for DeiT), the mean of the patch rows for average pooling, the patch rows
+    weighted by the MAP head's attention for attention pooling. Heads are never fused: this is
+    the layers x heads "model view".
+    """
+    layout = layout_of(maps, grid, num_prefix_tokens)
+    out = []
+    for a in maps:
+        b, h, t, _ = a.shape
+        per_head = layout if layout.readout_weights is None else replace(
+            layout, readout_weights=layout.readout_weights.repeat_interleave(h, 0))
+        out.append(readout_grid(a.reshape(b * h, t, t), per_head).reshape(b, h, *layout.grid))
+    return torch.stack(out, 1)
 
 
 def pool_attention(maps, head: int | str | None = None) -> torch.Tensor:

@@ -20,7 +20,9 @@ from vitkit.errors import ConfigError
 class TrainConfig:
     # what to train, on what
     model: str = "vit_micro_patch4_32"  # a vitkit name, or a torchvision CNN (resnet18, ...)
-    data: str = "digits"  # digits | cluttered-digits | imagefolder:PATH | cifar10 | cifar100
+    # digits[:CLASSES] | cluttered-digits | fashion-mnist[:CLASSES] | mnist[:CLASSES]
+    # | imagefolder:PATH | cifar10 | cifar100 (CLASSES: 5,6,7 or 0-4; relabelled 0..k-1)
+    data: str = "digits"
     img_size: int = 32
     patch_size: int = 0  # > 0: override the ViT's patch size (from scratch only)
     init: str | None = None  # fine-tune from any checkpoint vitkit loads
@@ -28,7 +30,7 @@ class TrainConfig:
     data_size: int = 6000  # cluttered-digits training images
     data_fraction: float = 1.0  # train on this share of the training split (nested by seed)
     val_fraction: float = 0.2  # image folders without train/ and val/
-    data_root: str = "data"  # where cifar10/cifar100 live
+    data_root: str = "data"  # where cifar10/cifar100/fashion-mnist/mnist are
     download: bool = False  # let torchvision download CIFAR (needs the network)
     mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
     std: tuple[float, float, float] = (0.5, 0.5, 0.5)

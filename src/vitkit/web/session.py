@@ -1,0 +1,361 @@
+"""The explorer's state: one model, the images it has seen, and what was computed for them.
+
+An image is analysed once: preprocessed as every command does it, one forward with every
+layer's maps. What the page asks next (another layer, head or patch, a method, the curves, the
+per-head numbers, the causal tables) is computed by :mod:`vitkit.explain` from that analysis
+and kept in a bounded LRU cache (bytes and entries), so repeated interactions cost a lookup.
+
+All model work runs under one lock: hooks (Grad-CAM, head ablation, token norms) are
+per-model, and two threads must never see each other's. Nothing here knows about HTTP.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from PIL import Image
+
+from vitkit import explain
+from vitkit.data.images import decode_image, preprocess, preprocessing, resize_and_crop
+from vitkit.errors import VitkitError
+from vitkit.explain import causal, stats
+from vitkit.explain.attention import HEAD_FUSIONS
+from vitkit.explain.methods import METHODS, applicable
+
+
+class NotFound(VitkitError):
+    """An image id the explorer does not hold (never seen, or evicted from the cache)."""
+
+
+class LRU:
+    """A thread-safe least-recently-used cache bounded in bytes and in entries."""
+
+    def __init__(self, max_bytes: int, max_entries: int) -> None:
+        self.max_bytes, self.max_entries = max_bytes, max_entries
+        self._items: OrderedDict[tuple, tuple[object, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.bytes = 0
+
+    def get(self, key: tuple):
+        with self._lock:
+            if key not in self._items:
+                return None
+            self._items.move_to_end(key)
+            return self._items[key][0]
+
+    def put(self, key: tuple, value, nbytes: int) -> None:
+        with self._lock:
+            if key in self._items:
+                self.bytes -= self._items.pop(key)[1]
+            self._items[key] = (value, nbytes)
+            self.bytes += nbytes
+            while len(self._items) > 1 and (self.bytes > self.max_bytes
+                                            or len(self._items) > self.max_entries):
+                _, (_, size) = self._items.popitem(last=False)
+                self.bytes -= size
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def nbytes(value) -> int:
+    """Approximate memory of a cached value: tensors and arrays counted, the rest 1 KB."""
+    if isinstance(value, torch.Tensor):
+        return value.element_size() * value.nelement()
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, dict):
+        return sum(nbytes(v) for v in value.values()) + 1024
+    if isinstance(value, list | tuple):
+        return sum(nbytes(v) for v in value) + 1024
+    return 1024
+
+
+@dataclass
+class View:
+    """One analysed image: ``x`` (1, C, H, W) as the model takes it, ``picture`` (H, W, 3)
+    uint8 as the model sees it, ``logits`` (1, classes), ``maps`` every layer's
+    (1, heads, T, T), and the object's box (x0, y0, x1, y1) in input pixels when known."""
+
+    id: str
+    x: torch.Tensor
+    picture: np.ndarray
+    logits: torch.Tensor
+    maps: list
+    box: tuple[int, int, int, int] | None = None
+
+
+def map_box(box, original: tuple[int, int], size: tuple[int, int]):
+    """A pixel box (x0, y0, x1, y1) of an image of ``original`` (W, H) -> the same box after
+    :func:`resize_and_crop` to ``size`` (H, W): cover-scale, then the centre crop."""
+    (w, h), (th, tw) = original, size
+    if th / h >= tw / w:  # the height sets the scale, as in resize_and_crop
+        scale, new_h, new_w = th / h, th, max(tw, int(th * w / h))
+    else:
+        scale, new_h, new_w = tw / w, max(th, int(tw * h / w)), tw
+    left, top = (new_w - tw) // 2, (new_h - th) // 2
+    x0, y0, x1, y1 = box
+    return (max(0, round(x0 * scale) - left), max(0, round(y0 * scale) - top),
+            min(tw, round(x1 * scale) - left), min(th, round(y1 * scale) - top))
+
+
+class Explorer:
+    """The explorer of one model. ``cache_mb`` bounds the memory kept for images and results;
+    ``max_pixels`` the size of an image accepted."""
+
+    def __init__(self, model, *, cache_mb: int = 512, max_pixels: int = 40_000_000,
+                 max_entries: int = 256, name: str | None = None) -> None:
+        if not hasattr(model, "blocks"):
+            raise VitkitError(f"the explorer looks inside a ViT; this checkpoint is a CNN "
+                              f"({model.cfg.arch}). Use `vitkit predict` for its predictions.")
+        self.model = model.eval()
+        self.cfg = model.cfg
+        c = model.cfg
+        self.name = name or c.extra.get("name") or \
+            f"ViT depth {c.depth}, width {c.embed_dim}, patch {c.patch_size}"
+        self.size, self.mean, self.std = preprocessing(model)
+        self.max_pixels = max_pixels
+        self.cache = LRU(cache_mb * 2**20, max_entries)
+        self.lock = threading.Lock()  # one model, one computation at a time
+
+    # ----------------------------------------------------------------------- what it is
+    @property
+    def depth(self) -> int:
+        return len(self.model.blocks)
+
+    @property
+    def heads(self) -> int:
+        return self.cfg.num_heads
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self.cfg.grid_size
+
+    def class_names(self) -> list[str]:
+        names = self.cfg.extra.get("class_names")
+        n = self.cfg.num_classes
+        return list(names)[:n] if names and len(names) >= n else [f"class {i}" for i in range(n)]
+
+    def token_names(self) -> list[str]:
+        """Names of the prefix tokens, in sequence order ([CLS], [DIST], [REG0], ...)."""
+        names = (["[CLS]"] if self.cfg.class_token else []) + \
+            (["[DIST]"] if self.cfg.distilled else [])
+        return names + [f"[REG{i}]" for i in range(self.cfg.num_reg_tokens)]
+
+    def unavailable(self) -> dict[str, str]:
+        """Methods (and views) that do not apply to this model, with the reason."""
+        pool = {"avg": "the model pools by average (no [CLS] readout)",
+                "map": "the model pools by attention (a MAP head, no [CLS] readout)",
+                "cls": "the model reads its [CLS] token (no MAP head)"}[self.cfg.pool]
+        return {name: pool for name in METHODS if name not in applicable(self.cfg)}
+
+    def info(self) -> dict:
+        return dict(
+            name=self.name,
+            depth=self.depth, heads=self.heads, grid=list(self.grid),
+            patch_size=self.cfg.patch_size, input=list(self.size), pool=self.cfg.pool,
+            prefix_tokens=self.token_names(), classes=self.class_names(),
+            methods={name: m.summary for name, m in METHODS.items()},
+            applicable=applicable(self.cfg), unavailable=self.unavailable(),
+            fusions=list(HEAD_FUSIONS),
+        )
+
+    # ------------------------------------------------------------------------ images in
+    def add(self, data: bytes, name: str = "the image", box=None) -> View:
+        """Decode, preprocess and analyse an image (bytes of any format Pillow reads)."""
+        img = decode_image(data, self.max_pixels, name)
+        return self.add_image(img, box, key=hashlib.sha256(data).hexdigest()[:24])
+
+    def add_image(self, img: Image.Image, box=None, key: str | None = None) -> View:
+        """Analyse an RGB PIL image; ``box`` (x0, y0, x1, y1) in its pixels, if known."""
+        if key is None:
+            key = hashlib.sha256(img.tobytes() + str(img.size).encode()).hexdigest()[:24]
+        found = self.cache.get(("view", key))
+        if found is not None:
+            return found
+        x, _ = preprocess(img, self.size, self.mean, self.std)
+        picture = np.asarray(resize_and_crop(img, self.size))
+        if box is not None:
+            box = map_box(box, img.size, self.size)
+        with self.lock, torch.no_grad():
+            logits, maps = self.model(x[None], return_attn=True)
+        view = View(key, x[None], picture, logits, maps, box)
+        self.cache.put(("view", key), view,
+                       nbytes([view.x, view.picture, view.logits, *maps]))
+        return view
+
+    def view(self, image_id: str) -> View:
+        found = self.cache.get(("view", image_id))
+        if found is None:
+            raise NotFound(f"no image {image_id!r} here (never sent, or dropped from the "
+                           "cache): send the image again")
+        return found
+
+    # ---------------------------------------------------------------------- checking
+    def check_layer(self, layer: int) -> int:
+        if not -self.depth <= layer < self.depth:
+            raise VitkitError(f"layer {layer} does not exist: the model has {self.depth} "
+                              f"layers (0..{self.depth - 1})")
+        return layer % self.depth
+
+    def check_head(self, head: str) -> int | str:
+        """A head index (as text or int) or a fusion named explicitly."""
+        if isinstance(head, str) and head in HEAD_FUSIONS:
+            return head
+        try:
+            index = int(head)
+        except (TypeError, ValueError):
+            index = None
+        if index is None or not 0 <= index < self.heads:
+            raise VitkitError(f"head {head!r} does not exist: the model has {self.heads} heads "
+                              f"per layer (0..{self.heads - 1}); or fuse them by name: "
+                              f"{', '.join(HEAD_FUSIONS)}")
+        return index
+
+    def check_class(self, target: int | None, view: View) -> int:
+        n = view.logits.shape[-1]
+        if target is None:
+            return int(view.logits.argmax())
+        if not 0 <= target < n:
+            raise VitkitError(f"class {target} does not exist: the model has {n} classes "
+                              f"(0..{n - 1})")
+        return target
+
+    def check_method(self, method: str) -> str:
+        if method not in METHODS:
+            raise VitkitError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        if method in self.unavailable():
+            raise VitkitError(f"{method!r} does not apply: {self.unavailable()[method]}; "
+                              f"methods that apply: {', '.join(applicable(self.cfg))}")
+        return method
+
+    # ---------------------------------------------------------------------- what it shows
+    def _cached(self, key: tuple, compute: Callable, locked: bool = True):
+        found = self.cache.get(key)
+        if found is not None:
+            return found
+        if locked:
+            with self.lock:
+                value = compute()
+        else:
+            value = compute()
+        self.cache.put(key, value, nbytes(value))
+        return value
+
+    def top(self, view: View, k: int = 5) -> list[dict]:
+        probs = view.logits[0].softmax(-1)
+        values, idx = probs.topk(min(k, probs.numel()))
+        names = self.class_names()
+        return [dict(index=int(i), name=names[int(i)], prob=float(p))
+                for p, i in zip(values, idx, strict=True)]
+
+    def model_view(self, view: View) -> torch.Tensor:
+        """(layers, heads, gh, gw): every head of every layer, the readout's rows."""
+        return self._cached(("heads", view.id),
+                            lambda: explain.readout_attention(view.maps)[0], locked=False)
+
+    def fused_view(self, view: View, fusion: str) -> torch.Tensor:
+        """(layers, gh, gw): the model view's heads fused by name (mean, max or min)."""
+        if fusion not in HEAD_FUSIONS:
+            raise VitkitError(f"fusion must be one of {', '.join(HEAD_FUSIONS)}, got {fusion!r}")
+        return explain.fuse_heads(self.model_view(view), fusion)
+
+    def rollout_matrix(self, view: View, residual: float, fusion: str,
+                       discard_ratio: float) -> torch.Tensor:
+        """(T, T) attention rollout of the image."""
+        return self._cached(("rollout", view.id, residual, fusion, discard_ratio),
+                            lambda: explain.attention_rollout(
+                                view.maps, residual, fusion, discard_ratio)[0], locked=False)
+
+    def token_row(self, view: View, token: int, layer: int, head, *, residual: float = 0.5,
+                  fusion: str = "mean", discard_ratio: float = 0.0) -> dict:
+        """Where ``token`` looks at ``layer`` and ``head`` (T,), and its rollout row (T,)."""
+        t = view.maps[0].shape[-1]
+        if not 0 <= token < t:
+            raise VitkitError(f"token {token} does not exist: the image has {t} tokens "
+                              f"(0..{t - 1}; {len(self.token_names())} prefix tokens, then the "
+                              f"{self.grid[0]}x{self.grid[1]} patches row by row)")
+        layer, head = self.check_layer(layer), self.check_head(head)
+        row = explain.token_attention(view.maps, token, layer, head)[0]
+        roll = self.rollout_matrix(view, residual, fusion, discard_ratio)[token]
+        return dict(row=row, rollout=roll)
+
+    def method_map(self, view: View, method: str, target: int | None, *, layer: int = -1,
+                   head="mean", residual: float = 0.5, fusion: str = "mean",
+                   discard_ratio: float = 0.0) -> explain.Explanation:
+        """``method``'s (gh, gw) map for ``target`` (the prediction when None)."""
+        method = self.check_method(method)
+        layer, head = self.check_layer(layer), self.check_head(head)
+        target = self.check_class(target, view)
+        if not 0 <= residual <= 1 or not 0 <= discard_ratio < 1:
+            raise VitkitError(f"residual must be in [0, 1] and discard ratio in [0, 1); got "
+                              f"{residual} and {discard_ratio}")
+        m = METHODS[method]
+        used = dict(layer=layer, head=head, residual=residual, discard_ratio=discard_ratio,
+                    head_fusion=fusion)
+        key_opts = tuple(sorted((k, v) for k, v in used.items() if k in m.options))
+        key = ("method", view.id, method, target if m.gradients else None, key_opts)
+        return self._cached(key, lambda: explain.explain_map(
+            self.model, view.x, method, target=target, outputs=(view.logits, view.maps),
+            **used))
+
+    def faithfulness(self, view: View, method: str, target: int | None, steps: int = 16,
+                     **options) -> dict:
+        """Deletion and insertion curves of ``method``'s map and of a random map."""
+        from vitkit.explain.metrics import deletion_insertion, random_maps
+
+        shown = self.method_map(view, method, target, **options)
+        cls = int(shown.target[0])
+        key = ("faith", view.id, method, cls, tuple(sorted(options.items())), steps)
+
+        def compute():
+            maps = torch.cat([shown.map, random_maps(shown.map)])
+            curves = deletion_insertion(self.model, view.x.expand(2, -1, -1, -1), maps,
+                                        torch.tensor([cls, cls]), steps=steps)
+            return dict(fractions=curves.fractions, deletion=curves.deletion,
+                        insertion=curves.insertion, deletion_auc=curves.deletion_auc,
+                        insertion_auc=curves.insertion_auc, target=cls)
+        return self._cached(key, compute)
+
+    def head_stats(self, view: View) -> dict:
+        """Entropy (nats) and mean attention distance (pixels) per layer and head, the
+        distance uniform attention would give, and tokens with outlying norms per layer."""
+        def compute():
+            norms = stats.token_norms(self.model, view.x)[:, 0]  # (L, T)
+            outliers = [dict(layer=layer, token=int(t), norm=float(norms[layer, t]),
+                             median=float(norms[layer].median()))
+                        for layer in range(len(norms))
+                        for t in stats.outlier_tokens(norms[layer])]
+            return dict(
+                entropy=stats.attention_entropy(view.maps),
+                distance=stats.mean_attention_distance(
+                    view.maps, self.grid, self.cfg.patch_size, self.model.num_prefix_tokens),
+                uniform_distance=stats.uniform_distance(self.grid, self.cfg.patch_size),
+                max_entropy=math.log(view.maps[0].shape[-1]),
+                norms=norms, outliers=outliers)
+        return self._cached(("stats", view.id), compute)
+
+    def causal(self, view: View, target: int | None, measure: str = "logit") -> dict:
+        """The logit lens (per layer: the target's probability, the top class) and every
+        head's importance for ``target``."""
+        target = self.check_class(target, view)
+        if measure not in causal.MEASURES:
+            raise VitkitError(f"measure must be one of {', '.join(causal.MEASURES)}, got "
+                              f"{measure!r}")
+
+        def compute():
+            lens = causal.logit_lens(self.model, view.x)[:, 0]  # (L, C)
+            probs = lens.softmax(-1)
+            drops, _ = causal.head_importance(self.model, view.x, target, measure)
+            names = self.class_names()
+            return dict(target=target, measure=measure, importance=drops[0],
+                        lens_prob=probs[:, target], lens_top=probs.argmax(-1),
+                        lens_top_names=[names[int(i)] for i in probs.argmax(-1)])
+        return self._cached(("causal", view.id, target, measure), compute)

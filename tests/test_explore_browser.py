@@ -1,0 +1,244 @@
+"""The explorer page in a real browser: Debian's headless Chromium driven by Playwright (never a
+downloaded browser). Every interaction must change the pixels it should, under the page's own
+Content-Security-Policy, with no error in the console.
+
+``VITKIT_EXPLORE_CHECKPOINT`` explores that checkpoint instead of a random small ViT, and
+``VITKIT_SCREENSHOT`` keeps the screenshot there (how the README's picture is made). CI sets
+``VITKIT_REQUIRE_BROWSER=1``: there a missing Chromium or Playwright fails instead of skipping.
+"""
+
+import hashlib
+import io
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import small_vit
+from live import TOKEN, serve
+from PIL import Image
+
+from vitkit.web.session import Explorer
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--disable-gpu", "--disable-quic", "--disable-sync", "--disable-background-networking"]
+log = logging.getLogger("vitkit.tests")
+
+try:
+    from playwright.sync_api import sync_playwright
+except ImportError:  # pragma: no cover - the dev extra installs it
+    sync_playwright = None
+
+if not (sync_playwright and shutil.which(CHROMIUM)):
+    if os.environ.get("VITKIT_REQUIRE_BROWSER"):
+        raise RuntimeError(f"the browser tests need Playwright and {CHROMIUM} "
+                           "(apt-get install chromium)")
+    pytest.skip(f"needs Playwright and {CHROMIUM}", allow_module_level=True)
+
+
+def model():
+    path = os.environ.get("VITKIT_EXPLORE_CHECKPOINT")
+    if path:
+        import vitkit
+
+        return vitkit.load_model(path, verbose=False)
+    m = small_vit(scale=0.3, num_classes=10)
+    m.cfg.extra["class_names"] = [f"class {i}" for i in range(10)]
+    return m
+
+
+@pytest.fixture(scope="module")
+def page_at(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("images")
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)).save(folder / "noise.png")
+    with serve(Explorer(model()), images=folder) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        log.warning("browser: Chromium %s", browser.version)
+        print(f"browser: Chromium {browser.version}")
+        page = browser.new_page(viewport={"width": 1400, "height": 1600}, accept_downloads=True)
+        problems = []
+        page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning")
+                else None)
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        page.goto(f"{url}/?token={TOKEN}")
+        until(page, "document.body.dataset.ready === '1'")
+        yield page, problems, url
+        browser.close()
+
+
+def until(page, expression: str, timeout: float = 60.0) -> None:
+    """Poll ``expression`` (evaluated by the driver: the page's CSP forbids eval) until true."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if page.evaluate(expression):
+            return
+        time.sleep(0.05)
+    status = page.evaluate("document.getElementById('status').textContent")
+    raise AssertionError(f"timed out waiting for {expression!r}; status line: {status!r}")
+
+
+def idle(page) -> None:
+    until(page, "document.getElementById('status').textContent === ''")
+
+
+def pixels(page, canvas: str) -> str:
+    """A digest of a canvas's pixels (read by the driver, not by page script)."""
+    data = page.evaluate(f"document.getElementById('{canvas}').toDataURL('image/png')")
+    return hashlib.sha256(data.encode()).hexdigest()
+
+
+def test_the_whole_page(page_at, tmp_path):
+    page, problems, _ = page_at
+    blank = pixels(page, "main")
+
+    # 1. upload a sample image through the file picker
+    sample = tmp_path / "digit.png"
+    from vitkit.data.digits import cluttered_digits
+
+    d = cluttered_digits(1, "val", canvas=32, align=4, seed=5)
+    Image.fromarray((d.images[0].permute(1, 2, 0).numpy() * 255).astype(np.uint8)).save(sample)
+    page.set_input_files("#file", str(sample))
+    until(page, "document.querySelectorAll('#top5 li').length === 5")
+    idle(page)
+    top = page.inner_text("#top5")
+    assert "%" in top and "class" in top.lower() or top.strip()
+    first = pixels(page, "main")
+    assert first != blank
+
+    # 2. layers x heads: every cell drawn; change layer and head, click a cell
+    cells = page.locator("#mosaic canvas")
+    assert cells.count() == page.evaluate("S.model.depth * S.model.heads")
+    page.select_option("#layer", "0")
+    after_layer = pixels(page, "main")
+    assert after_layer != first
+    page.select_option("#head", "1")
+    after_head = pixels(page, "main")
+    assert after_head != after_layer
+    page.select_option("#head", "max")  # a fusion, by name
+    until(page, "S.fused && S.fused.name === 'max'")
+    assert pixels(page, "main") != after_head
+    cells.nth(2).click()
+    assert page.evaluate("S.layer") == 0 and page.evaluate("S.head") == "2"
+
+    # 3. click a patch: its row and its rollout row
+    before = pixels(page, "token-row")
+    page.click("#main", position={"x": 40, "y": 60})
+    until(page, "document.getElementById('token-caption').textContent.includes('attention at')")
+    row = pixels(page, "token-row")
+    assert row != before and pixels(page, "token-rollout") != before
+    page.click("#main", position={"x": 300, "y": 300})
+    until(page, "document.getElementById('token-caption').textContent.includes('row 5')")
+    assert pixels(page, "token-row") != row
+
+    # 4. methods side by side; switch the main overlay to each
+    until(page, "Object.keys(S.methods).length === S.model.applicable.length")
+    shown = pixels(page, "main")
+    for name in reversed(page.evaluate("S.model.applicable")):  # cls (= the head shown) last
+        page.click(f"#method-{name} canvas")
+        now = pixels(page, "main")
+        assert now != shown, name
+        shown = now
+    assert page.locator("#methods figure.unavailable").count() == \
+        len(page.evaluate("Object.keys(S.model.unavailable)"))
+    page.select_option("#target", "3")  # another class: the gradient maps change
+    idle(page)
+    until(page, "document.querySelector('#method-chefer figcaption').textContent.includes('3')")
+
+    # 5. faithfulness curves
+    before = pixels(page, "faith-plot")
+    page.select_option("#faith-method", "rollout")
+    page.click("#faith-run")
+    until(page, "document.getElementById('faith-text').textContent.includes('AUC')")
+    assert pixels(page, "faith-plot") != before
+
+    # 6. per-head numbers
+    cells = page.evaluate("S.model.depth * S.model.heads")
+    assert page.locator("#entropy-table td").count() == cells
+    assert page.locator("#distance-table td").count() == cells
+
+    # 7. causal: logit lens and head importance; a click shows that head's map
+    page.click("#causal-run")
+    until(page, "document.querySelectorAll('#importance-table td').length > 0")
+    idle(page)
+    assert "Top class after each layer" in page.inner_text("#lens-text")
+    page.locator("#importance-table td").nth(1).click()
+    assert page.evaluate("S.layer") == 0 and page.evaluate("S.head") == "1"
+
+    # 8. export: the figure, the maps, the settings; and settings that reproduce the view
+    with page.expect_download() as png_download:
+        page.click("#export-png")
+    figure = Image.open(png_download.value.path())
+    assert figure.size[0] > 100 and np.asarray(figure.convert("L")).std() > 5
+    with page.expect_download() as npz_download:
+        page.click("#export-npz")
+    with np.load(npz_download.value.path()) as npz:
+        assert npz["attention"].ndim == 4
+    with page.expect_download() as json_download:
+        page.click("#export-json")
+    settings = json.loads(Path(json_download.value.path()).read_text())
+    assert settings["layer"] == 0 and settings["head"] == "1"
+    settings["layer"], settings["head"] = 1, "3"
+    saved = tmp_path / "view.json"
+    saved.write_text(json.dumps(settings))
+    page.set_input_files("#import-json", str(saved))
+    until(page, "S.layer === 1 && S.head === '3'")
+
+    # samples: the digits with their box, and the --images folder
+    groups = page.evaluate("[...document.querySelectorAll('#samples optgroup')].map(g => g.label)")
+    assert any(g.startswith("cluttered digits") for g in groups)
+    assert any(g.startswith("--images") for g in groups)
+    page.select_option("#samples", label="noise.png")
+    until(page, "S.view && S.view.label === 'noise.png'")
+    idle(page)
+
+    # the screenshot is not blank
+    digit = page.evaluate("S.model.samples.find(s => s.group.startsWith('cluttered')).id")
+    page.select_option("#samples", str(digit))
+    until(page, "S.view && S.view.box !== null")
+    idle(page)
+    page.click("#main", position={"x": 200, "y": 200})
+    until(page, "document.getElementById('token-caption').textContent.includes('attention at')")
+    until(page, "Object.keys(S.methods).length === S.model.applicable.length")
+    page.click("#method-rollout canvas")
+    page.select_option("#faith-method", "rollout")
+    page.click("#faith-run")
+    page.click("#causal-run")
+    until(page, "document.getElementById('faith-text').textContent.includes('AUC')")
+    until(page, "document.querySelectorAll('#importance-table td').length > 0")
+    idle(page)
+    shot = Path(os.environ.get("VITKIT_SCREENSHOT") or tmp_path / "explore.png")
+    page.screenshot(path=str(shot), full_page=True)
+    grey = np.asarray(Image.open(shot).convert("L"))
+    assert grey.std() > 20 and len(np.unique(grey)) > 50
+    assert not problems, problems
+
+
+def test_drag_and_drop_and_a_bad_file(page_at):
+    page, problems, _ = page_at
+    buf = io.BytesIO()
+    Image.fromarray(np.full((40, 40, 3), 200, np.uint8)).save(buf, "PNG")
+    drop = """async ([bytes, name, type]) => {
+        const dt = new DataTransfer();
+        dt.items.add(new File([new Uint8Array(bytes)], name, { type }));
+        const event = new DragEvent('drop', { dataTransfer: dt, bubbles: true });
+        document.getElementById('drop').dispatchEvent(event);
+    }"""
+    page.evaluate(drop, [list(buf.getvalue()), "grey.png", "image/png"])
+    until(page, "S.view && S.view.label === 'grey.png'")
+    idle(page)
+    page.evaluate(drop, [list(b"not an image at all"), "notes.png", "image/png"])
+    until(page, "document.getElementById('status').classList.contains('error')")
+    assert "not an image" in page.inner_text("#status")
+    assert page.evaluate("S.view.label") == "grey.png"  # the last good view stays
+    problems.clear()  # the 400 is logged by the browser as a failed resource: expected
+
+
+def test_the_page_without_the_token_says_what_to_do(page_at):
+    page, _, url = page_at
+    response = page.goto(f"{url}/")
+    assert response.status == 403 and "?token=" in page.inner_text("body")

@@ -42,13 +42,30 @@ def resize_and_crop(img: Image.Image, size: tuple[int, int]) -> Image.Image:
     Face's processors compute it, so their pipelines see the same pixels.
     """
     h, w = size
-    if h / img.height >= w / img.width:  # the height sets the scale
-        new_h, new_w = h, max(w, int(h * img.width / img.height))
-    else:
-        new_h, new_w = max(h, int(w * img.height / img.width)), w
+    _, new_h, new_w, left, top = cover(img.size, size)
     img = img.resize((new_w, new_h), Image.Resampling.BICUBIC)
-    left, top = (new_w - w) // 2, (new_h - h) // 2
     return img.crop((left, top, left + w, top + h))
+
+
+def cover(original: tuple[int, int], size: tuple[int, int]) -> tuple[float, int, int, int, int]:
+    """How :func:`resize_and_crop` maps an image of ``original`` (W, H) to ``size`` (H, W):
+    (scale, resized H, resized W, left and top of the centre crop in the resized image)."""
+    (ow, oh), (h, w) = original, size
+    if h / oh >= w / ow:  # the height sets the scale
+        scale, new_h, new_w = h / oh, h, max(w, int(h * ow / oh))
+    else:
+        scale, new_h, new_w = w / ow, max(h, int(w * oh / ow)), w
+    return scale, new_h, new_w, (new_w - w) // 2, (new_h - h) // 2
+
+
+def crop_box(box, original: tuple[int, int], size: tuple[int, int]):
+    """A pixel box (x0, y0, x1, y1) of an image of ``original`` (W, H) -> the same box after
+    :func:`resize_and_crop` to ``size`` (H, W), clipped to the crop."""
+    scale, _, _, left, top = cover(original, size)
+    th, tw = size
+    x0, y0, x1, y1 = box
+    return (max(0, round(x0 * scale) - left), max(0, round(y0 * scale) - top),
+            min(tw, round(x1 * scale) - left), min(th, round(y1 * scale) - top))
 
 
 def preprocessing(model) -> tuple[tuple[int, int], tuple, tuple]:

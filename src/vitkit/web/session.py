@@ -23,7 +23,7 @@ import torch
 from PIL import Image
 
 from vitkit import explain
-from vitkit.data.images import decode_image, preprocess, preprocessing, resize_and_crop
+from vitkit.data.images import crop_box, decode_image, preprocess, preprocessing
 from vitkit.errors import VitkitError
 from vitkit.explain import causal, stats
 from vitkit.explain.attention import HEAD_FUSIONS
@@ -90,20 +90,6 @@ class View:
     logits: torch.Tensor
     maps: list
     box: tuple[int, int, int, int] | None = None
-
-
-def map_box(box, original: tuple[int, int], size: tuple[int, int]):
-    """A pixel box (x0, y0, x1, y1) of an image of ``original`` (W, H) -> the same box after
-    :func:`resize_and_crop` to ``size`` (H, W): cover-scale, then the centre crop."""
-    (w, h), (th, tw) = original, size
-    if th / h >= tw / w:  # the height sets the scale, as in resize_and_crop
-        scale, new_h, new_w = th / h, th, max(tw, int(th * w / h))
-    else:
-        scale, new_h, new_w = tw / w, max(th, int(tw * h / w)), tw
-    left, top = (new_w - tw) // 2, (new_h - th) // 2
-    x0, y0, x1, y1 = box
-    return (max(0, round(x0 * scale) - left), max(0, round(y0 * scale) - top),
-            min(tw, round(x1 * scale) - left), min(th, round(y1 * scale) - top))
 
 
 class Explorer:
@@ -180,10 +166,10 @@ class Explorer:
         found = self.cache.get(("view", key))
         if found is not None:
             return found
-        x, _ = preprocess(img, self.size, self.mean, self.std)
-        picture = np.asarray(resize_and_crop(img, self.size))
+        x, seen = preprocess(img, self.size, self.mean, self.std)  # seen: (H, W, 3) in [0, 1]
+        picture = (seen * 255).round().astype(np.uint8)
         if box is not None:
-            box = map_box(box, img.size, self.size)
+            box = crop_box(box, img.size, self.size)
         with self.lock, torch.no_grad():
             logits, maps = self.model(x[None], return_attn=True)
         view = View(key, x[None], picture, logits, maps, box)

@@ -238,8 +238,11 @@ CASES = [
     ("explore --checkpoint {ws}/vit.safetensors --images {ws}/text.jpg", "is not a folder",
      None),
     ("explore --checkpoint {ws}/vit.safetensors --port 70000", "--port must be 0..65535", None),
-    ("explore --checkpoint {ws}/vit.safetensors --max-upload-mb 0", "must be positive", None),
-    ("explore --checkpoint {ws}/vit.safetensors --max-megapixels -1", "must be positive", None),
+    ("explore --checkpoint {ws}/vit.safetensors --max-upload-mb 0", "must be a positive number",
+     None),
+    ("explore --checkpoint {ws}/vit.safetensors --max-megapixels -1", "must be a positive number",
+     None),
+    ("explore --checkpoint {ws}/vit.safetensors --max-megapixels inf", "below a million", None),
     ("explore", "no --checkpoint given and no demo model at runs/demo", _elsewhere),
     # demo
     ("demo --vit-steps 0 --out {ws}/demo", "--vit-steps must be 1 or more", None),

@@ -20,7 +20,7 @@ from PIL import Image
 from vitkit import explain
 from vitkit.data.images import preprocess
 from vitkit.explain import causal, stats
-from vitkit.web.app import create_app
+from vitkit.web.app import allowed_hosts, create_app
 from vitkit.web.samples import sample_table
 from vitkit.web.session import Explorer
 
@@ -40,8 +40,8 @@ def decode(enc) -> np.ndarray:
 
 
 def model_of(**overrides):
-    model = small_vit(scale=0.3, num_classes=7, **overrides)
-    model.cfg.extra["class_names"] = [f"c{i}" for i in range(7)]
+    model = small_vit(scale=0.3, **{"num_classes": 7, **overrides})
+    model.cfg.extra["class_names"] = [f"c{i}" for i in range(model.cfg.num_classes)]
     return model
 
 
@@ -178,6 +178,7 @@ def test_fused_heads_samples_multipart_and_export(client, explorer):
     (dict(distilled=True), {"map"}, ["[CLS]", "[DIST]"]),
     (dict(num_reg_tokens=4), {"map"}, ["[CLS]", "[REG0]", "[REG1]", "[REG2]", "[REG3]"]),
     (dict(pool="map"), {"cls"}, ["[CLS]"]),
+    (dict(pool="map", class_token=False), {"cls"}, []),  # SigLIP's layout
     (dict(img_size=(32, 48)), {"map"}, ["[CLS]"]),
 ])
 def test_every_readout_and_rectangular_inputs(overrides, unavailable, prefix):
@@ -218,7 +219,7 @@ def bomb_header() -> bytes:
 @pytest.mark.parametrize("body,status,words", [
     (b"", 400, "is empty"),
     (b"hello, this is text", 400, "not an image"),
-    (None, 400, "truncated"),  # truncated_png()
+    (None, 400, "runcated"),  # truncated_png(): Pillow's own word, in the message
     ("bomb", 400, "too large"),
 ])
 def test_bad_images_are_4xx_and_the_server_keeps_serving(client, body, status, words):
@@ -227,6 +228,41 @@ def test_bad_images_are_4xx_and_the_server_keeps_serving(client, body, status, w
     assert r.status_code == status and words in r.json()["error"], r.text
     assert "Traceback" not in r.text
     upload(client)  # still serving
+
+
+def test_formats_beyond_the_named_ones_are_refused(client):
+    eps = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\nshowpage\n"  # Ghostscript's
+    r = client.post("/api/image", content=eps)
+    assert r.status_code == 400 and "not an image Pillow recognises" in r.json()["error"]
+
+
+def test_an_extreme_aspect_ratio_is_refused_before_the_resize(client):
+    r = client.post("/api/image", content=png(10, size=(1, 40000)))  # 32 x 1.28 M: 41 MP
+    assert r.status_code == 400 and "aspect ratio is too extreme" in r.json()["error"]
+
+
+def test_a_cache_smaller_than_one_image_grows_to_hold_it(vitkit_log):
+    explorer = Explorer(model_of(img_size=64), cache_mb=1)  # one view: ~3 MB of maps
+    assert "cannot hold one image's maps" in vitkit_log.text
+    client = client_for(explorer)
+    image = upload(client)["image"]
+    assert client.get("/api/method", params=dict(image=image)).status_code == 200
+
+
+def test_a_checkpoint_without_a_head_shows_attention_and_refuses_classes():
+    explorer = Explorer(model_of(num_classes=0))
+    client = client_for(explorer)
+    info = client.get("/api/model").json()
+    assert info["has_head"] is False and info["classes"] == []
+    assert set(info["unavailable"]) >= {"chefer", "gradcam", "grad-rollout"}
+    v = upload(client)
+    assert v["top"] == [] and decode(v["heads"]).shape == (3, 4, 8, 8)
+    assert client.get("/api/method", params=dict(image=v["image"])).status_code == 200
+    for path, params in (("/api/method", dict(method="chefer")), ("/api/causal", {}),
+                         ("/api/faithfulness", {})):
+        r = client.get(path, params=dict(image=v["image"], **params))
+        assert r.status_code == 400 and "no classifier head" in r.json()["error"], path
+    assert client.get("/api/stats", params=dict(image=v["image"])).status_code == 200
 
 
 def test_pillow_bomb_warning_is_an_error(client, monkeypatch):
@@ -250,8 +286,12 @@ def test_pixel_cap_is_configurable():
     ("/api/token", dict(query="x"), 400, "query must be a whole number"),
     ("/api/method", dict(method="lime"), 400, "unknown method 'lime'"),
     ("/api/method", dict(method="chefer", target=7), 400, "class 7 does not exist"),
+    ("/api/method", dict(method="rollout", target=-1), 400, "class -1 does not exist"),
     ("/api/method", dict(method="rollout", residual=2), 400, "residual must be in [0, 1]"),
     ("/api/method", dict(method="rollout", discard="lots"), 400, "discard must be a number"),
+    ("/api/token", dict(query=1, discard=-0.5), 400, "discard ratio in [0, 1)"),
+    ("/api/token", dict(query=1, residual="nan"), 400, "residual must be in [0, 1]"),
+    ("/api/method", dict(method="rollout", fusion="median"), 400, "fusion must be one of"),
     ("/api/heads", dict(fusion="median"), 400, "fusion must be one of"),
     ("/api/causal", dict(measure="loss"), 400, "measure must be one of"),
     ("/api/faithfulness", dict(steps=1000), 400, "steps must be 2..64"),
@@ -285,8 +325,9 @@ def test_token_is_required_everywhere_but_the_bundled_assets(explorer):
     for asset in ("/explorer.js", "/explorer.css", "/favicon.svg"):
         r = bare.get(asset)
         assert r.status_code == 200 and r.headers["x-content-type-options"] == "nosniff"
-    assert bare.get("/static/../pyproject.toml").status_code == 403  # no other file is served
-    assert bare.get(f"/index.html?token={TOKEN}").status_code == 404
+    for path in ("/pyproject.toml", "/static/explorer.js", "/index.html", "/web/app.py",
+                 "/%2e%2e/pyproject.toml", "/explorer.js/../pyproject.toml"):
+        assert bare.get(path, params=dict(token=TOKEN)).status_code == 404, path  # no other file
 
 
 def test_security_headers_and_no_cors(client):
@@ -299,6 +340,13 @@ def test_security_headers_and_no_cors(client):
     r = client.options("/api/image", headers={"Origin": "http://evil.example",
                                               "Access-Control-Request-Method": "POST"})
     assert r.status_code >= 400 and "access-control-allow-origin" not in r.headers
+
+
+def test_allowed_hosts():
+    assert allowed_hosts("127.0.0.1", 8765) == {"127.0.0.1:8765", "localhost:8765", "[::1]:8765"}
+    assert "localhost" in allowed_hosts("localhost", 80)  # port 80: browsers omit it
+    assert allowed_hosts("192.168.1.5", 9000) == {"192.168.1.5:9000"}
+    assert allowed_hosts("0.0.0.0", 8765) is None  # every interface: the token alone guards
 
 
 def test_host_header_is_checked_against_the_bound_address(client):

@@ -83,9 +83,9 @@ def run(args: argparse.Namespace) -> None:
                               "with any checkpoint vitkit reads")
         checkpoint = str(DEMO_CHECKPOINT)
     for name in ("max_upload_mb", "max_megapixels", "cache_mb"):
-        if getattr(args, name) <= 0:
-            raise VitkitError(f"--{name.replace('_', '-')} must be positive, got "
-                              f"{getattr(args, name)}")
+        if not 0 < getattr(args, name) < 1e6:  # NaN and inf fail too
+            raise VitkitError(f"--{name.replace('_', '-')} must be a positive number (below "
+                              f"a million), got {getattr(args, name)}")
     if not 0 <= args.port <= 65535:
         raise VitkitError(f"--port must be 0..65535, got {args.port}")
     if args.images is not None and not Path(args.images).is_dir():

@@ -98,9 +98,11 @@ class Guard:
             if origin == "null" or origin.split("://", 1)[-1] != host:
                 return 403, f"requests from another origin ({origin}) are refused"
         length = headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_body):
+        if length is not None and not (length.isascii() and length.isdigit()):
+            return 400, f"Content-Length {length!r} is not a number of bytes"
+        if length is not None and int(length) > self.max_body:
             return 413, (f"the request body is {length} bytes, more than the "
-                         f"{self.max_body // 2**20} MB allowed; send a smaller image")
+                         f"{self.max_body / 2**20:g} MB allowed; send a smaller image")
         path = scope["path"]
         if path in ASSETS and path != "/":
             return None  # the bundled script and style sheet are not secret
@@ -144,7 +146,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise BodyTooLarge(f"the request body is more than the {limit // 2**20} MB "
+            raise BodyTooLarge(f"the request body is more than the {limit / 2**20:g} MB "
                                "allowed; send a smaller image")
         chunks.append(chunk)
     return b"".join(chunks)
@@ -279,9 +281,10 @@ def create_app(explorer: Explorer, *, token: str, host: str = "127.0.0.1", port:
         view = view_of(q)
         shown = explorer.method_map(view, q.get("method") or "rollout",
                                     _int(q.get("target"), "target", None), **options(q))
-        target = int(shown.target[0])
+        target = int(shown.target[0]) if explorer.has_head else None
         return dict(method=shown.method, target=target,
-                    target_name=explorer.class_names()[target], map=encode(shown.map[0]))
+                    target_name=explorer.class_names()[target] if target is not None else None,
+                    map=encode(shown.map[0]))
 
     @app.get("/api/faithfulness")
     def faithfulness(request: Request) -> dict:

@@ -12,6 +12,7 @@ per-model, and two threads must never see each other's. Nothing here knows about
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import threading
 from collections import OrderedDict
@@ -23,11 +24,16 @@ import torch
 from PIL import Image
 
 from vitkit import explain
-from vitkit.data.images import crop_box, decode_image, preprocess, preprocessing
+from vitkit.data.images import cover, crop_box, decode_image, preprocess, preprocessing
 from vitkit.errors import VitkitError
 from vitkit.explain import causal, stats
 from vitkit.explain.attention import HEAD_FUSIONS
 from vitkit.explain.methods import METHODS, applicable
+
+log = logging.getLogger("vitkit")
+
+NO_HEAD = ("the checkpoint has no classifier head (it gives features, num_classes=0), so "
+           "there is no class to explain")
 
 
 class NotFound(VitkitError):
@@ -108,8 +114,19 @@ class Explorer:
             f"ViT depth {c.depth}, width {c.embed_dim}, patch {c.patch_size}"
         self.size, self.mean, self.std = preprocessing(model)
         self.max_pixels = max_pixels
-        self.cache = LRU(cache_mb * 2**20, max_entries)
+        # one image's maps, the model view and a few results must fit, or every view is
+        # evicted by its own results: raise the bound (and say so) rather than fail later
+        t = self.cfg.num_prefix_tokens + self.cfg.grid_size[0] * self.cfg.grid_size[1]
+        view_bytes = 4 * len(model.blocks) * self.cfg.num_heads * t * t
+        limit = cache_mb * 2**20
+        if limit < 3 * view_bytes:
+            limit = 3 * view_bytes
+            log.warning("the cache of %d MB cannot hold one image's maps (%d MB); it holds "
+                        "%d MB instead (--cache-mb)", cache_mb, view_bytes // 2**20,
+                        limit // 2**20)
+        self.cache = LRU(limit, max_entries)
         self.lock = threading.Lock()  # one model, one computation at a time
+        self.has_head = self.cfg.num_classes > 0
 
     # ----------------------------------------------------------------------- what it is
     @property
@@ -137,10 +154,15 @@ class Explorer:
 
     def unavailable(self) -> dict[str, str]:
         """Methods (and views) that do not apply to this model, with the reason."""
-        pool = {"avg": "the model pools by average (no [CLS] readout)",
-                "map": "the model pools by attention (a MAP head, no [CLS] readout)",
-                "cls": "the model reads its [CLS] token (no MAP head)"}[self.cfg.pool]
-        return {name: pool for name in METHODS if name not in applicable(self.cfg)}
+        out = {}
+        for name, m in METHODS.items():
+            if name not in applicable(self.cfg):
+                out[name] = ("the model has no [CLS] readout (it pools by "
+                             f"{'average' if self.cfg.pool == 'avg' else 'attention'})"
+                             if m.needs_cls else "the model has no MAP head (attention pooling)")
+            elif m.gradients and not self.has_head:
+                out[name] = NO_HEAD
+        return out
 
     def info(self) -> dict:
         return dict(
@@ -149,7 +171,8 @@ class Explorer:
             patch_size=self.cfg.patch_size, input=list(self.size), pool=self.cfg.pool,
             prefix_tokens=self.token_names(), classes=self.class_names(),
             methods={name: m.summary for name, m in METHODS.items()},
-            applicable=applicable(self.cfg), unavailable=self.unavailable(),
+            applicable=[m for m in applicable(self.cfg) if m not in self.unavailable()],
+            unavailable=self.unavailable(), has_head=self.has_head,
             fusions=list(HEAD_FUSIONS),
         )
 
@@ -166,11 +189,19 @@ class Explorer:
         found = self.cache.get(("view", key))
         if found is not None:
             return found
+        _, new_h, new_w, _, _ = cover(img.size, self.size)
+        if new_h * new_w > self.max_pixels:
+            raise VitkitError(f"an image of {img.width}x{img.height} would be resized to "
+                              f"{new_w}x{new_h} before the centre crop: its aspect ratio is "
+                              "too extreme; crop it first")
         x, seen = preprocess(img, self.size, self.mean, self.std)  # seen: (H, W, 3) in [0, 1]
         picture = (seen * 255).round().astype(np.uint8)
         if box is not None:
             box = crop_box(box, img.size, self.size)
         with self.lock, torch.no_grad():
+            found = self.cache.get(("view", key))  # another request may have just done it
+            if found is not None:
+                return found
             logits, maps = self.model(x[None], return_attn=True)
         view = View(key, x[None], picture, logits, maps, box)
         self.cache.put(("view", key), view,
@@ -206,6 +237,8 @@ class Explorer:
         return index
 
     def check_class(self, target: int | None, view: View) -> int:
+        if not self.has_head:
+            raise VitkitError(NO_HEAD)
         n = view.logits.shape[-1]
         if target is None:
             return int(view.logits.argmax())
@@ -213,6 +246,13 @@ class Explorer:
             raise VitkitError(f"class {target} does not exist: the model has {n} classes "
                               f"(0..{n - 1})")
         return target
+
+    def check_rollout(self, residual: float, fusion: str, discard_ratio: float) -> None:
+        if not (0 <= residual <= 1 and 0 <= discard_ratio < 1):  # NaN fails both
+            raise VitkitError(f"residual must be in [0, 1] and discard ratio in [0, 1); got "
+                              f"{residual} and {discard_ratio}")
+        if fusion not in HEAD_FUSIONS:
+            raise VitkitError(f"fusion must be one of {', '.join(HEAD_FUSIONS)}, got {fusion!r}")
 
     def check_method(self, method: str) -> str:
         if method not in METHODS:
@@ -229,6 +269,9 @@ class Explorer:
             return found
         if locked:
             with self.lock:
+                found = self.cache.get(key)  # another request may have just computed it
+                if found is not None:
+                    return found
                 value = compute()
         else:
             value = compute()
@@ -236,6 +279,8 @@ class Explorer:
         return value
 
     def top(self, view: View, k: int = 5) -> list[dict]:
+        if not self.has_head:
+            return []
         probs = view.logits[0].softmax(-1)
         values, idx = probs.topk(min(k, probs.numel()))
         names = self.class_names()
@@ -269,6 +314,7 @@ class Explorer:
                               f"(0..{t - 1}; {len(self.token_names())} prefix tokens, then the "
                               f"{self.grid[0]}x{self.grid[1]} patches row by row)")
         layer, head = self.check_layer(layer), self.check_head(head)
+        self.check_rollout(residual, fusion, discard_ratio)
         row = explain.token_attention(view.maps, token, layer, head)[0]
         roll = self.rollout_matrix(view, residual, fusion, discard_ratio)[token]
         return dict(row=row, rollout=roll)
@@ -279,15 +325,17 @@ class Explorer:
         """``method``'s (gh, gw) map for ``target`` (the prediction when None)."""
         method = self.check_method(method)
         layer, head = self.check_layer(layer), self.check_head(head)
-        target = self.check_class(target, view)
-        if not 0 <= residual <= 1 or not 0 <= discard_ratio < 1:
-            raise VitkitError(f"residual must be in [0, 1] and discard ratio in [0, 1); got "
-                              f"{residual} and {discard_ratio}")
         m = METHODS[method]
+        if m.gradients:
+            target = self.check_class(target, view)
+        elif target is not None:  # a class-agnostic map; a class that does not exist is
+            self.check_class(target, view)  # still a mistake to report
+            target = None
+        self.check_rollout(residual, fusion, discard_ratio)
         used = dict(layer=layer, head=head, residual=residual, discard_ratio=discard_ratio,
                     head_fusion=fusion)
         key_opts = tuple(sorted((k, v) for k, v in used.items() if k in m.options))
-        key = ("method", view.id, method, target if m.gradients else None, key_opts)
+        key = ("method", view.id, method, target, key_opts)
         return self._cached(key, lambda: explain.explain_map(
             self.model, view.x, method, target=target, outputs=(view.logits, view.maps),
             **used))
@@ -297,6 +345,8 @@ class Explorer:
         """Deletion and insertion curves of ``method``'s map and of a random map."""
         from vitkit.explain.metrics import deletion_insertion, random_maps
 
+        if not self.has_head:
+            raise VitkitError(NO_HEAD)
         shown = self.method_map(view, method, target, **options)
         cls = int(shown.target[0])
         key = ("faith", view.id, method, cls, tuple(sorted(options.items())), steps)

@@ -114,6 +114,7 @@ function drawFigure(canvas, map, opts = {}) {  // picture + map overlay (+ grid,
 }
 
 function headMap(layer, head) {  // from the layers x heads model view, or the fused column
+  if (!S.heads) return null;
   const [L, H, gh, gw] = S.heads.shape;
   if (["mean", "max", "min"].includes(String(head))) {
     return S.fused && S.fused.name === head ? slice2d(S.fused, layer * gh * gw, gh, gw) : null;
@@ -136,16 +137,19 @@ function drawMain() {
   $("overlay-title").textContent = S.overlay ? S.overlay.title : (S.view ? S.view.label : "no image yet");
 }
 
+const quietly = (promise) => promise.catch(() => {});  // the status line already says why
+
 function showHead(layer, head) {
   S.layer = layer; S.head = String(head);
   $("layer").value = String(layer); $("head").value = String(head);
+  if (!S.view) return;
   const map = headMap(layer, head);
   if (map) S.overlay = { kind: "head", map, title: `layer ${layer}, head ${head}: where the readout looks` };
   document.querySelectorAll("#mosaic canvas").forEach((c) =>
     c.classList.toggle("selected", c.dataset.layer === String(layer) && c.dataset.head === String(head)));
   drawMain();
-  if (S.query !== null) loadToken(S.query);
-  if (S.methods.cls) loadMethods(["cls"]);
+  if (S.query !== null) quietly(loadToken(S.query));
+  if (S.methods.cls) quietly(loadMethods(["cls"]));
 }
 
 function drawMosaic() {
@@ -180,6 +184,7 @@ async function showView(v) {
   const fusion = $("fusion-column").value;
   if (fusion) await loadFused(fusion);
   $("top5").innerHTML = "";
+  if (!S.model.has_head) $("top5").textContent = "this checkpoint has no classifier head (features only): no classes to show or explain";
   for (const t of v.top) {
     const li = document.createElement("li");
     li.textContent = `${t.name} ${(100 * t.prob).toFixed(1)}%`;
@@ -284,7 +289,7 @@ function selectMethod(name) {
   if (!m) return;
   S.selectedMethod = name;
   document.querySelectorAll("#methods figure").forEach((f) => f.classList.toggle("selected", f.id === `method-${name}`));
-  S.overlay = { kind: "method", map: m.map, title: `${name} for class ${m.target_name}` };
+  S.overlay = { kind: "method", map: m.map, title: m.target_name === null ? name : `${name} for class ${m.target_name}` };
   $("faith-method").value = name;
   drawMain();
 }
@@ -298,7 +303,8 @@ async function loadMethods(names) {
     S.methods[name] = { map: { data: decode(r.map).data, h: gh, w: gw }, target_name: r.target_name };
     const fig = $(`method-${name}`);
     drawFigure(fig.querySelector("canvas"), S.methods[name].map, { box: true });
-    fig.querySelector("figcaption").textContent = `${name} (class ${r.target_name}): ${S.model.methods[name]}`;
+    const what = r.target_name === null ? "" : ` (class ${r.target_name})`;
+    fig.querySelector("figcaption").textContent = `${name}${what}: ${S.model.methods[name]}`;
     if (S.selectedMethod === name) selectMethod(name);
   }
   status("");
@@ -461,34 +467,42 @@ async function start() {
   for (const id of ["token-row", "token-rollout"]) fitCanvas($(id), 224);
   buildMethods();
 
-  $("file").addEventListener("change", (e) => e.target.files[0] && upload(e.target.files[0]));
+  if (!m.has_head) {
+    for (const id of ["target", "faith-run", "causal-run"]) $(id).disabled = true;
+    $("faith-text").textContent = $("lens-text").textContent = "not available: the checkpoint has no classifier head";
+  }
+  $("file").addEventListener("change", (e) => e.target.files[0] && quietly(upload(e.target.files[0])));
   const drop = $("drop");
   drop.addEventListener("dragover", (e) => { e.preventDefault(); drop.classList.add("over"); });
   drop.addEventListener("dragleave", () => drop.classList.remove("over"));
   drop.addEventListener("drop", (e) => {
     e.preventDefault(); drop.classList.remove("over");
-    if (e.dataTransfer.files[0]) upload(e.dataTransfer.files[0]);
+    if (e.dataTransfer.files[0]) quietly(upload(e.dataTransfer.files[0]));
   });
-  $("samples").addEventListener("change", (e) => pickSample(e.target.value));
-  $("main").addEventListener("click", (e) => S.view && loadToken(patchAt(e)));
-  $("query").addEventListener("change", (e) => loadToken(Number(e.target.value)));
+  $("samples").addEventListener("change", (e) => quietly(pickSample(e.target.value)));
+  $("main").addEventListener("click", (e) => S.view && quietly(loadToken(patchAt(e))));
+  $("query").addEventListener("change", (e) => S.view && quietly(loadToken(Number(e.target.value))));
   $("layer").addEventListener("change", (e) => showHead(Number(e.target.value), S.head));
   $("head").addEventListener("change", async (e) => {
     const h = e.target.value;
-    if (["mean", "max", "min"].includes(h) && (!S.fused || S.fused.name !== h)) {
+    if (S.view && ["mean", "max", "min"].includes(h) && (!S.fused || S.fused.name !== h)) {
       $("fusion-column").value = h; await loadFused(h); drawMosaic();
     }
     showHead(S.layer, h);
   });
   $("fusion-column").addEventListener("change", async (e) => {
+    if (!S.view) return;
     if (e.target.value) await loadFused(e.target.value); else S.fused = null;
     drawMosaic(); showHead(S.layer, S.fused || !["mean", "max", "min"].includes(S.head) ? S.head : "0");
   });
   for (const id of ["show-grid", "show-box", "opacity"]) $(id).addEventListener("input", drawMain);
   for (const id of ["residual", "discard"]) $(id).addEventListener("input", syncOutputs);
-  for (const id of ["residual", "discard", "fusion", "target"]) $(id).addEventListener("change", () => loadMethods());
-  $("faith-run").addEventListener("click", runFaithfulness);
-  $("causal-run").addEventListener("click", runCausal);
+  for (const id of ["residual", "discard", "fusion", "target"]) $(id).addEventListener("change", () => quietly(loadMethods()));
+  $("faith-run").addEventListener("click", () => quietly(runFaithfulness()));
+  $("causal-run").addEventListener("click", async () => {
+    $("causal-run").disabled = true;  // one at a time: each is many forwards of the model
+    try { await quietly(runCausal()); } finally { $("causal-run").disabled = !m.has_head; }
+  });
   $("export-png").addEventListener("click", () => {
     const c = $("main"), out = document.createElement("canvas");
     out.width = c.width; out.height = c.height + 24;

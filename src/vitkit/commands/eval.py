@@ -25,13 +25,14 @@ DESCRIPTION = "Score a checkpoint on a dataset split."
 
 def evaluate_checkpoint(checkpoint: str | os.PathLike, data: str, split: str = "val",
                         out: str | os.PathLike | None = None, batch_size: int = 256,
-                        **data_options) -> dict:
+                        img_size: int | None = None, **data_options) -> dict:
     """Top-1, top-5, per-class accuracy and the confusion matrix of ``checkpoint`` on a split,
     with the same preprocessing as ``predict`` and ``attention`` (the checkpoint's own).
 
-    With ``out``, writes ``eval.json`` and ``confusion.png`` there.
+    With ``out``, writes ``eval.json`` and ``confusion.png`` there. ``img_size``: evaluate at
+    another input size, the position table interpolated (bicubic) as ``load_model`` does.
     """
-    model = load_model(checkpoint)
+    model = load_model(checkpoint, img_size=img_size)
     (size, _), mean, std = preprocessing(model)
     ds = load_split(data, split, size, **data_options)
     if len(ds.classes) != model.num_classes:

@@ -1,10 +1,12 @@
-"""``vitkit study``: when does a ViT beat a CNN as the data grows?
+"""``vitkit study``: the article's training claims, measured on your data.
 
-``data`` mode trains, on nested subsets of the training split (a smaller subset is always
-inside a larger one) and with the same budget in optimizer steps at every size: a ViT trained
-plainly, a ViT with the DeiT augmentations, a ViT distilled from the CNN trained on the same
-subset, and the CNN. ``patch`` mode trains one ViT per patch size (and image size) and sets
-accuracy against FLOPs per image. Each writes a CSV, a Markdown table and a plot.
+``data`` mode (:mod:`vitkit.train.study`): (a) a ViT against ResNet-18 and a narrow ResNet-18
+of about the ViT's compute as the data grows; (b) both pre-trained on a disjoint source set and
+fine-tuned; (c) augmentation (a stated sweep) and distillation from the CNN; (d) fine-tuning at
+twice the resolution with the position table interpolated. Nested subsets, several seeds, an
+equal-epochs budget with a floor; every run is ``vitkit train``; a rerun resumes. ``patch``
+mode trains one ViT per patch size (and image size) and sets accuracy against FLOPs per image.
+Each writes a CSV, a Markdown report and a plot.
 """
 
 from __future__ import annotations
@@ -23,49 +25,45 @@ from vitkit.errors import ConfigError
 from vitkit.models.cost import flop_model
 from vitkit.train.config import resolve
 from vitkit.train.runlog import write_csv
+from vitkit.train.study import ARMS, Study, StudyPlan, arm_label, plan_dict
 from vitkit.train.trainer import train
 
 NAME = "study"
-HELP = "when does a ViT beat a CNN? accuracy against data size or patch size"
-DESCRIPTION = ("--mode data: a plain ViT, a ViT with DeiT augmentation, a ViT distilled from the "
-               "CNN, and the CNN, on nested subsets with the same step budget. --mode patch: one "
-               "ViT per patch size (and image size), accuracy vs FLOPs.")
+HELP = "the article's training claims on your data: ViT vs CNN, pre-training, augmentation, 2x"
+DESCRIPTION = ("--mode data: ViT vs ResNet-18 (and one of the ViT's compute) on nested subsets, "
+               "pre-trained arms, DeiT-style augmentation and distillation, and fine-tuning at "
+               "twice the resolution; seeds, error bars, resumable. --mode patch: one ViT per "
+               "patch size, accuracy vs FLOPs.")
 
-# name -> (label, options on top of the study's base options)
-ARMS: dict[str, tuple[str, dict]] = {
-    "cnn": ("ResNet-18", dict(model="resnet18")),
-    "vit": ("ViT (plain)", dict()),
-    "vit-deit": ("ViT + DeiT augmentation", dict(
-        crop_scale=0.35, randaugment=9, mixup=0.8, cutmix=1.0, random_erasing=0.25,
-        label_smoothing=0.1, drop_path=0.1)),
-    "vit-distilled": ("ViT distilled from the CNN", dict(distill="hard")),
-}
+# The committed run: Fashion-MNIST classes 5-9 (sandal, shirt, sneaker, bag, ankle boot;
+# 30,000 training images) as the target, classes 0-4 as the disjoint pre-training source.
+FULL = dict(data="fashion-mnist:5-9", source="fashion-mnist:0-4",
+            fractions=(0.01, 0.05, 0.2, 1.0), seeds=3, epochs=10.0, min_steps=80,
+            max_steps=150, source_steps=400, resolution_steps=150)
+QUICK = dict(fractions=(0.1, 0.3, 1.0), seeds=2, epochs=5.0, min_steps=60, source_steps=200,
+             resolution_steps=60)
 
 
 @dataclass
 class StudyOptions:
+    """The patch-size study's options (``--mode patch``)."""
+
     data: str = "digits"
     img_size: int = 16
     vit: str = "vit_micro_patch4_32"
-    fractions: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0)
     steps: int = 200
     batch_size: int = 64
     lr: float = 8e-3
-    seeds: int = 1
     patch_sizes: tuple[int, ...] = (2, 4, 8)
     img_sizes: tuple[int, ...] = ()
     out: str = "runs/study"
-    keep_checkpoints: bool = False  # keep every run's weights (default: only what later arms need)
 
 
 def _check(opts: StudyOptions) -> None:
-    """Refuse options that would train nothing, before anything runs."""
-    for name in ("seeds", "steps", "batch_size", "img_size"):
+    for name in ("steps", "batch_size", "img_size"):
         if getattr(opts, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be 1 or more, got "
                               f"{getattr(opts, name)}")
-    if not opts.fractions or not all(0 < f <= 1 for f in opts.fractions):
-        raise ConfigError(f"--fractions must be shares in (0, 1], got {list(opts.fractions)}")
     if not opts.patch_sizes or min(opts.patch_sizes) < 1:
         raise ConfigError(f"--patch-sizes must be 1 or more, got {list(opts.patch_sizes)}")
 
@@ -74,89 +72,6 @@ def _base(opts: StudyOptions) -> dict:
     return dict(data=opts.data, img_size=opts.img_size, model=opts.vit, steps=opts.steps,
                 batch_size=opts.batch_size, lr=opts.lr, warmup_epochs=0.0, out=opts.out,
                 eval_every=10**6)  # tiny subsets make many tiny epochs: evaluate at the end
-
-
-WEIGHTS = ("best.safetensors", "last.safetensors", "state.pt")
-
-
-def _drop_weights(run_dir: Path) -> None:
-    """Remove a finished run's weights and resume state; its config, log and metrics stay."""
-    for name in WEIGHTS:
-        (run_dir / name).unlink(missing_ok=True)
-
-
-def _finished(out: Path, name: str) -> dict | None:
-    """The row a finished run left in ``out/results``, or None."""
-    path = out / "results" / f"{name}.json"
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None  # a damaged record: run it again
-
-
-def _record(out: Path, name: str, row: dict) -> None:
-    (out / "results").mkdir(parents=True, exist_ok=True)
-    atomic_write(out / "results" / f"{name}.json", lambda tmp: tmp.write_text(json.dumps(row)))
-
-
-def _clock(seconds: float) -> str:
-    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
-
-
-def run_data_study(opts: StudyOptions, say: Callable[[str], None] = print) -> list[dict]:
-    """Every arm at every fraction and seed; the CNN first, as the distilled ViT's teacher.
-
-    Each finished run leaves its row in ``out/results/NAME.json``: run again, the study skips
-    what is done (a crash loses at most the run in progress). Weights are kept only while a
-    later arm needs them (the CNN until its distilled ViT has trained) unless
-    ``keep_checkpoints``; every run keeps its config, log and metrics.
-    """
-    _check(opts)
-    out = Path(opts.out)
-    plan = [(seed, fraction, arm) for seed in range(opts.seeds) for fraction in opts.fractions
-            for arm in ("cnn", "vit", "vit-deit", "vit-distilled")]
-    rows, spent, trained, start_all = [], 0.0, 0, time.perf_counter()
-    teacher: Path | None = None
-    for k, (seed, fraction, arm) in enumerate(plan, 1):
-        label, extra = ARMS[arm]
-        name = f"{arm}-f{fraction:g}-s{seed}"
-        done = _finished(out, name)
-        needs_teacher = arm == "cnn" and not opts.keep_checkpoints and \
-            _finished(out, f"vit-distilled-f{fraction:g}-s{seed}") is None
-        if done is not None and not (needs_teacher and
-                                     not (out / name / "best.safetensors").exists()):
-            rows.append(done)
-            if arm == "cnn":
-                teacher = out / name / "best.safetensors"
-            say(f"[{k}/{len(plan)}] {label}, {fraction:.0%}, seed {seed}: done before "
-                f"(top-1 {done['top1']:.4f})")
-            continue
-        extra = dict(extra)
-        if arm == "vit-distilled":
-            extra["teacher"] = str(teacher)
-        start = time.perf_counter()
-        result = train(resolve({**_base(opts), **extra, "data_fraction": fraction,
-                                "seed": seed, "name": name}))
-        seconds = time.perf_counter() - start
-        row = dict(arm=arm, model=label, fraction=fraction, images=result.train_images,
-                   seed=seed, top1=result.history[-1]["val_top1"], best_top1=result.best_top1,
-                   steps=result.history[-1]["step"], seconds=round(seconds, 1))
-        _record(out, name, row)
-        rows.append(row)
-        if arm == "cnn":
-            teacher = result.run_dir / "best.safetensors"
-        elif not opts.keep_checkpoints:
-            _drop_weights(result.run_dir)
-            if arm == "vit-distilled" and teacher is not None:
-                _drop_weights(teacher.parent)  # the teacher's work is done
-        spent, trained = spent + seconds, trained + 1
-        left = (len(plan) - k) * spent / trained
-        say(f"[{k}/{len(plan)}] {label}, {fraction:.0%} ({result.train_images} images), seed "
-            f"{seed}: top-1 {row['top1']:.4f} in {_clock(seconds)}; "
-            f"{_clock(time.perf_counter() - start_all)} elapsed, about {_clock(left)} left")
-    return rows
 
 
 def crossover(sizes: list[int], vit: list[float], cnn: list[float]) -> float | None:
@@ -170,68 +85,169 @@ def crossover(sizes: list[int], vit: list[float], cnn: list[float]) -> float | N
     return None
 
 
-def summarise(rows: list[dict]) -> dict[str, dict[int, tuple[float, float]]]:
-    """arm -> images -> (mean top-1, std over seeds)."""
-    out: dict[str, dict[int, tuple[float, float]]] = {}
+def summarise(rows: list[dict]) -> dict[str, dict[int, tuple[float, float, int]]]:
+    """arm -> training images -> (mean top-1, sample standard deviation over seeds, seeds)."""
+    out: dict[str, dict[int, tuple[float, float, int]]] = {}
     for arm in dict.fromkeys(r["arm"] for r in rows):
         per: dict[int, list[float]] = {}
         for r in rows:
             if r["arm"] == arm:
                 per.setdefault(r["images"], []).append(r["top1"])
-        out[arm] = {n: (statistics.fmean(v), statistics.pstdev(v) if len(v) > 1 else 0.0)
-                    for n, v in sorted(per.items())}
+        out[arm] = {n: (statistics.fmean(v), statistics.stdev(v) if len(v) > 1 else 0.0,
+                        len(v)) for n, v in sorted(per.items())}
     return out
 
 
-def write_data_report(rows: list[dict], opts: StudyOptions, out: Path) -> dict[str, Path]:
-    """study.csv, study.md and study.png (accuracy against training-set size)."""
+def arm_costs(plan: StudyPlan, rows: list[dict]) -> dict[str, dict]:
+    """Parameters, GFLOPs per image and mean seconds per run of every arm that ran."""
+    import vitkit
+    from vitkit.commands.demo import _flops
+    from vitkit.data.datasets import load_split
+    from vitkit.models.cnn import create_cnn, is_cnn
+
+    classes = len(load_split(plan.data, "val", plan.img_size,
+                             root=plan.extra.get("data_root", "data")).classes)
+    out = {}
+    for arm in [a for a in ARMS if any(r["arm"] == a for r in rows)]:
+        mine = [r for r in rows if r["arm"] == arm]
+        model_name, size = mine[0]["model"], mine[0]["img_size"]
+        model = create_cnn(model_name, classes, size) if is_cnn(model_name) else \
+            vitkit.create_model(model_name, num_classes=classes, img_size=size,
+                                distilled=arm == "vit-distilled")
+        out[arm] = dict(params=sum(p.numel() for p in model.parameters()),
+                        gflops=_flops(model, size) / 1e9, img_size=size,
+                        seconds=statistics.fmean(r["seconds"] for r in mine))
+    return out
+
+
+SCRATCH = ("cnn", "cnn-small", "vit", "vit-deit", "vit-distilled")
+PRETRAINED = ("vit-pretrained", "cnn-pretrained")
+# one colour per model in every panel: a pre-trained arm in its from-scratch arm's colour
+COLOURS = {"cnn": "#1f77b4", "cnn-small": "#17becf", "vit": "#d62728", "vit-deit": "#ff7f0e",
+           "vit-distilled": "#9467bd", "vit-pretrained": "#d62728", "cnn-pretrained": "#1f77b4"}
+
+
+def _cell(stats: tuple[float, float, int] | None) -> str:
+    if stats is None:
+        return "-"
+    mean, std, n = stats
+    return f"{mean:.3f} ± {std:.3f}" if n > 1 else f"{mean:.3f}"
+
+
+def write_data_report(rows: list[dict], plan: StudyPlan, out: Path,
+                      sweep: dict[str, float] | None = None) -> dict[str, Path]:
+    """study.csv (every run), study.md (the tables and one line per claim) and study.png."""
     from vitkit.viz.plot import save, subplots
 
     out.mkdir(parents=True, exist_ok=True)
     write_csv(out / "study.csv", rows)
     table = summarise(rows)
-    sizes = sorted({r["images"] for r in rows})
-    cross = {arm: crossover(sizes, [table[arm][n][0] for n in sizes],
-                            [table["cnn"][n][0] for n in sizes])
-             for arm in table if arm != "cnn"}
-    fig, ax = subplots(figsize=(7, 4.2))
-    for arm, per in table.items():
-        xs = list(per)
-        ys = [per[n][0] for n in xs]
-        err = [per[n][1] for n in xs]
-        ax.errorbar(xs, ys, yerr=err if opts.seeds > 1 else None, marker="o", capsize=3,
-                    label=ARMS[arm][0])
-    for arm, x in cross.items():
-        if x is not None:
-            ax.axvline(x, linestyle="--", linewidth=1, color="grey")
-            ax.annotate(f"{ARMS[arm][0]} passes the CNN\n~{x:.0f} images", (x, 0.05),
-                        fontsize=7, rotation=90, va="bottom", ha="right")
-    ax.set_xscale("log")
-    ax.set_xlabel("training images (log scale)")
-    ax.set_ylabel("validation top-1")
-    ax.set_ylim(0, 1.02)
-    ax.set_title(f"{opts.data} at {opts.img_size}px, {opts.steps} steps of {opts.batch_size} "
-                 "at every size", fontsize=9)
-    ax.legend(fontsize=8, loc="lower right")
+    costs = arm_costs(plan, rows)
+    sizes = sorted({r["images"] for r in rows if r["arm"] in SCRATCH})
+    label = {arm: arm_label(arm, plan) for arm in ARMS}
+
+    def mean(arm: str, n: int) -> float | None:
+        return table.get(arm, {}).get(n, (None,))[0]
+
+    fig, axes = subplots(1, 3, figsize=(15, 4.4), gridspec_kw=dict(width_ratios=[3, 3, 2]))
+    for ax, arms, title in ((axes[0], SCRATCH, "(a), (c): from scratch"),
+                            (axes[1], ("vit", "vit-pretrained", "cnn", "cnn-pretrained"),
+                             "(b): pre-trained on the source, then fine-tuned")):
+        for arm in arms:
+            if arm not in table:
+                continue
+            xs = [n for n in table[arm] if n in sizes]
+            ax.errorbar(xs, [table[arm][n][0] for n in xs], yerr=[table[arm][n][1] for n in xs],
+                        marker="o", capsize=3, label=label[arm], color=COLOURS[arm],
+                        linestyle="--" if arm.endswith("pretrained") else "-")
+        ax.set_xscale("log")
+        ax.set_xlabel("training images (log scale)")
+        ax.set_ylabel("validation top-1 (mean ± std over seeds)")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7, loc="best")
+    res = [a for a in ("vit", "res-low", "res-2x", "res-naive") if a in table]
+    if res[1:]:
+        full = max(sizes)
+        vals = [table[a][full if a == "vit" else max(table[a])] for a in res]
+        low, high = f"{plan.img_size}px", f"{2 * plan.img_size}px"
+        names = {"vit": low, "res-low": f"{low}\n+ steps", "res-2x": f"{high}\nfine-tuned",
+                 "res-naive": f"{high}\nnot tuned"}
+        axes[2].bar(range(len(res)), [v[0] for v in vals], yerr=[v[1] for v in vals],
+                    capsize=3, color=["#777", "#999", "#2962ff", "#d50000"][:len(res)])
+        axes[2].set_xticks(range(len(res)), [names[a] for a in res], fontsize=7)
+        axes[2].set_ylim(0, 1)
+        axes[2].set_ylabel("validation top-1")
+        axes[2].set_title(f"(d): twice the resolution, {full} images\n(the {high} runs use "
+                          "the interpolated table)", fontsize=9)
+    else:
+        axes[2].set_axis_off()
+    fig.suptitle(f"{plan.data} at {plan.img_size}px; budget: {plan.budget}", fontsize=9)
     fig.tight_layout()
     save(fig, out / "study.png")
 
-    header = "| model | " + " | ".join(f"{n} images" for n in sizes) + " |"
-    lines = [f"# Data-size study: {opts.data}", "",
-             f"{opts.steps} optimizer steps of batch {opts.batch_size} at every size; "
-             f"nested subsets; {opts.seeds} seed(s); validation top-1"
-             + (" (mean ± std)" if opts.seeds > 1 else "") + ".", "", header,
+    seeds = max(v[2] for arm in SCRATCH if arm in table for v in table[arm].values())
+    lines = [f"# Study: {plan.data}", "",
+             f"Target `{plan.data}` at {plan.img_size}px, ViT `{plan.vit}`; nested subsets; "
+             f"{seeds} seeds per point (mean ± sample standard deviation); validation top-1. "
+             f"Budget rule: {plan.budget}"
+             + (f"; pre-training source `{plan.source}` ({plan.source_steps} steps)"
+                if plan.source else "") + ".", "",
+             "| arm | " + " | ".join(f"{n} images" for n in sizes) + " |",
              "|---|" + "---|" * len(sizes)]
-    for arm, per in table.items():
-        cells = [f"{per[n][0]:.3f}" + (f" ± {per[n][1]:.3f}" if opts.seeds > 1 else "")
-                 for n in sizes]
-        lines.append(f"| {ARMS[arm][0]} | " + " | ".join(cells) + " |")
-    lines.append("")
-    for arm, x in cross.items():
-        lines.append(f"- {ARMS[arm][0]}: " + (f"passes the CNN at about {x:.0f} images."
-                                               if x is not None else
-                                               "does not pass the CNN at these sizes."))
-    lines += ["", "![accuracy against training-set size](study.png)", ""]
+    for arm in (*SCRATCH, *PRETRAINED):
+        if arm in table:
+            lines.append(f"| {label[arm]} | "
+                         + " | ".join(_cell(table[arm].get(n)) for n in sizes) + " |")
+    lines += ["", "| arm | parameters | GFLOPs / image | mean time per run |", "|---|---|---|---|"]
+    for arm, c in costs.items():
+        lines.append(f"| {label.get(arm, arm)} | {c['params']:,} | {c['gflops']:.4f} "
+                     f"({c['img_size']}px) | {c['seconds']:.0f} s |")
+    lines += ["", "## (a) a CNN wins on little data, a ViT on a lot", ""]
+    for cnn in ("cnn", "cnn-small"):
+        both = [n for n in sizes if mean("vit", n) is not None and mean(cnn, n) is not None]
+        if both:
+            x = crossover(both, [mean("vit", n) for n in both], [mean(cnn, n) for n in both])
+            gaps = ", ".join(f"{mean('vit', n) - mean(cnn, n):+.3f} at {n}" for n in both)
+            lines.append(f"- ViT minus {label[cnn]}: {gaps}; "
+                         + (f"the ViT passes it at about {x:.0f} images."
+                            if x is not None else "the ViT does not pass it at these sizes."))
+    lines += ["", "## (b) pre-training inverts the table", ""]
+    for model in ("vit", "cnn"):
+        pre = f"{model}-pretrained"
+        if pre in table:
+            moved = ", ".join(f"{mean(pre, n) - mean(model, n):+.3f} at {n}" for n in sizes
+                              if mean(pre, n) is not None and mean(model, n) is not None)
+            lines.append(f"- pre-training moved {label[model]} by {moved}.")
+    if "vit-pretrained" in table:
+        beats = [n for n in sizes if mean("vit-pretrained", n) is not None
+                 and mean("cnn", n) is not None and mean("vit-pretrained", n) > mean("cnn", n)]
+        lines.append("- the pre-trained ViT beats ResNet-18 from scratch at "
+                     + (", ".join(map(str, beats)) + " images." if beats else "no size here."))
+    lines += ["", "## (c) augmentation and distillation close the gap", ""]
+    if sweep:
+        lines.append("- augmentation sweep at the largest subset, seed 0 (levels in "
+                     "`vitkit.train.study.AUGMENTATION`): " + ", ".join(
+                         f"{k} {v:.3f}" for k, v in sweep.items())
+                     + f"; the augmented arm uses {max(sweep, key=sweep.get)}.")
+    for arm in ("vit-deit", "vit-distilled"):
+        if arm in table:
+            lines.append(f"- {label[arm]} minus the plain ViT: " + ", ".join(
+                f"{mean(arm, n) - mean('vit', n):+.3f} at {n}" for n in sizes
+                if mean(arm, n) is not None and mean("vit", n) is not None) + ".")
+    if res[1:]:
+        lines += ["", "## (d) fine-tuning at twice the resolution", "",
+                  "| | top-1 |", "|---|---|"]
+        full = max(sizes)
+        for a in res:
+            stats = table[a][full if a == "vit" else max(table[a])]
+            lines.append(f"| {label.get(a, a) if a != 'vit' else 'ViT at the low size'} "
+                         f"| {_cell(stats)} |")
+        lines.append("")
+        lines.append(f"The naive resize that leaves the table alone is refused by the model "
+                     f"(a {plan.img_size}px position table cannot take a "
+                     f"{2 * plan.img_size}px grid); the last row is the table interpolated "
+                     "(bicubic) without any fine-tuning.")
+    lines += ["", "![the study](study.png)", ""]
     atomic_write(out / "study.md", lambda tmp: tmp.write_text("\n".join(lines)))
     return {"csv": out / "study.csv", "md": out / "study.md", "png": out / "study.png"}
 
@@ -288,17 +304,39 @@ def write_patch_report(rows: list[dict], opts: StudyOptions, out: Path) -> dict[
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=["data", "patch"], default="data")
+    p.add_argument("--full", action="store_true",
+                   help="the committed run: Fashion-MNIST 5-9 as target, 0-4 as source, 3 seeds "
+                        "(about 60 minutes on 2 cores)")
     p.add_argument("--data", default=None,
-                   help="a data spec as for train --data, e.g. fashion-mnist (default digits)")
+                   help="target data spec as for train --data (default digits)")
+    p.add_argument("--data-root", default=None, help="where Fashion-MNIST/MNIST/CIFAR are")
+    p.add_argument("--source", default=None,
+                   help="pre-training data for claim (b), disjoint from the target (default: "
+                        "fashion-mnist when it is installed, for the digits; 'none' skips (b))")
     p.add_argument("--img-size", type=int, default=None, help="default 16")
     p.add_argument("--vit", default=None, help="default vit_micro_patch4_32")
+    p.add_argument("--cnn", default=None, help="the CNN baseline and teacher (default resnet18)")
+    p.add_argument("--cnn-small", default=None,
+                   help="a CNN of about the ViT's compute (default resnet18_w24)")
     p.add_argument("--fractions", type=float, nargs="+", default=None,
-                   help="shares of the training split (default 0.05 0.1 0.25 0.5 1.0)")
-    p.add_argument("--steps", type=int, default=None, help="optimizer steps per run "
-                                                           "(default 200)")
+                   help="shares of the training split (default 0.1 0.3 1.0)")
+    p.add_argument("--seeds", type=int, default=None, help="repeats per point (default 2)")
+    p.add_argument("--epochs", type=float, default=None,
+                   help="budget: epochs of each subset (default 5)")
+    p.add_argument("--min-steps", type=int, default=None,
+                   help="budget floor in optimizer steps (default 60)")
+    p.add_argument("--max-steps", type=int, default=None, help="budget cap (default none)")
+    p.add_argument("--source-steps", type=int, default=None,
+                   help="pre-training steps on the source (default 200)")
+    p.add_argument("--resolution-steps", type=int, default=None,
+                   help="claim (d): fine-tuning steps at twice the size (default 60)")
+    p.add_argument("--no-resolution", action="store_true", help="skip claim (d)")
+    p.add_argument("--augmentation", choices=["sweep", "light", "heavy"], default=None,
+                   help="the augmented arm's level (default: sweep light and heavy)")
+    p.add_argument("--steps", type=int, default=None, help="patch mode: steps per run (200)")
     p.add_argument("--batch-size", type=int, default=None, help="default 64")
     p.add_argument("--lr", type=float, default=None, help="at batch 512 (default 8e-3)")
-    p.add_argument("--seeds", type=int, default=None, help="repeats per point (default 1)")
+    p.add_argument("--device", default=None, help="auto (default), cpu or cuda")
     p.add_argument("--patch-sizes", type=int, nargs="+", default=None,
                    help="patch mode (default 2 4 8)")
     p.add_argument("--img-sizes", type=int, nargs="+", default=None,
@@ -306,15 +344,51 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None,
                    help="default runs/study; run again with the same --out to resume")
     p.add_argument("--keep-checkpoints", action="store_true", default=None,
-                   help="keep every run's weights (default: only while a later arm needs them)")
+                   help="keep every run's weights (default: only while a later run needs them)")
+
+
+def _default_source(data: str) -> str | None:
+    """Fashion-MNIST for the digits when its files are installed (a disjoint source)."""
+    if not data.startswith("digits"):
+        return None
+    from vitkit.data.idx import find_idx_folder
+
+    try:
+        find_idx_folder("fashion-mnist", "data")
+    except ValueError:
+        return None
+    return "fashion-mnist"
+
+
+def plan_from(args: argparse.Namespace) -> StudyPlan:
+    chosen = {k: (tuple(v) if isinstance(v, list) else v) for k, v in vars(args).items()
+              if v is not None and k in StudyPlan.__dataclass_fields__}
+    preset = FULL if args.full else QUICK
+    values = {**preset, **chosen}
+    if args.data_root:
+        values["extra"] = {"data_root": args.data_root}
+    if args.no_resolution:
+        values["resolution"] = False
+    if values.get("source") == "none":
+        values["source"] = None
+    elif "source" not in values:
+        values["source"] = _default_source(values.get("data", "digits"))
+    return StudyPlan(**values)
 
 
 def run(args: argparse.Namespace) -> None:
-    chosen = {k: (tuple(v) if isinstance(v, list) else v) for k, v in vars(args).items()
-              if k not in ("command", "run", "mode") and v is not None}
-    opts = StudyOptions(**chosen)
     if args.mode == "data":
-        files = write_data_report(run_data_study(opts), opts, Path(opts.out))
+        plan = plan_from(args)
+        study = Study(plan)
+        out = Path(plan.out)
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write(out / "plan.json",
+                     lambda tmp: tmp.write_text(json.dumps(plan_dict(plan), indent=2)))
+        rows = study.run()
+        files = write_data_report(rows, plan, out, getattr(study, "sweep_scores", None))
     else:
+        chosen = {k: (tuple(v) if isinstance(v, list) else v) for k, v in vars(args).items()
+                  if v is not None and k in StudyOptions.__dataclass_fields__}
+        opts = StudyOptions(**chosen)
         files = write_patch_report(run_patch_study(opts), opts, Path(opts.out))
     print("wrote " + ", ".join(str(p) for p in files.values()))

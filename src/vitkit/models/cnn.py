@@ -11,7 +11,10 @@ from dataclasses import asdict, dataclass, field
 
 from torch import nn
 
-CNNS = ("resnet18", "resnet34", "resnet50")
+CNNS = ("resnet18", "resnet34", "resnet50", "resnet18_w16", "resnet18_w24", "resnet18_w32")
+# ResNet-18 at a narrower base width (16 or 32 channels instead of 64): a CNN of about a small
+# ViT's compute, so a study can tell capacity from inductive bias (FLOPs scale with width^2).
+NARROW = {"resnet18_w16": 16, "resnet18_w24": 24, "resnet18_w32": 32}
 
 
 @dataclass
@@ -47,9 +50,14 @@ class CNN(nn.Module):
             import torchvision  # the train extra: CNN baselines and teachers only
         except ImportError as err:
             raise ImportError("CNNs need torchvision: pip install 'vitkit[train]'") from err
-        net = getattr(torchvision.models, cfg.arch)(weights=None, num_classes=cfg.num_classes)
+        if cfg.arch in NARROW:
+            net = _narrow_resnet18(torchvision, NARROW[cfg.arch], cfg.num_classes)
+        else:
+            net = getattr(torchvision.models, cfg.arch)(weights=None,
+                                                        num_classes=cfg.num_classes)
         if cfg.small_input:
-            net.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
+            net.conv1 = nn.Conv2d(3, net.conv1.out_channels, kernel_size=3, stride=1, padding=1,
+                                  bias=False)
             net.maxpool = nn.Identity()
         self.net = net
 
@@ -63,6 +71,29 @@ class CNN(nn.Module):
 
     def forward(self, x):
         return self.net(x)
+
+
+def _narrow_resnet18(torchvision, width: int, num_classes: int) -> nn.Module:
+    """torchvision's ResNet-18 with every stage ``width / 64`` as wide (channels w, 2w, 4w, 8w):
+    the same blocks and initialisation, built by torchvision's own ``_make_layer``."""
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    net = ResNet(BasicBlock, [2, 2, 2, 2], num_classes=num_classes)
+    net.inplanes = width
+    net.conv1 = nn.Conv2d(3, width, kernel_size=7, stride=2, padding=3, bias=False)
+    net.bn1 = nn.BatchNorm2d(width)
+    net.layer1 = net._make_layer(BasicBlock, width, 2)
+    net.layer2 = net._make_layer(BasicBlock, 2 * width, 2, stride=2)
+    net.layer3 = net._make_layer(BasicBlock, 4 * width, 2, stride=2)
+    net.layer4 = net._make_layer(BasicBlock, 8 * width, 2, stride=2)
+    net.fc = nn.Linear(8 * width, num_classes)
+    for m in net.modules():  # torchvision's initialisation, for the rebuilt layers
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+        elif isinstance(m, nn.BatchNorm2d):
+            nn.init.constant_(m.weight, 1)
+            nn.init.constant_(m.bias, 0)
+    return net
 
 
 def create_cnn(name: str, num_classes: int, img_size: int) -> CNN:

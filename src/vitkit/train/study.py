@@ -1,0 +1,330 @@
+"""The data-size study: the article's four training claims, measured with ``vitkit train``.
+
+(a) and (c): a plain ViT, a ViT with DeiT-style augmentation, a ViT distilled from the CNN,
+ResNet-18 and a narrow ResNet-18 of about the ViT's compute, on nested subsets of the target
+data, several seeds per point.
+(b): both the ViT and the CNN pre-trained once on a disjoint source set, then fine-tuned on each
+subset, against the same models from scratch.
+(d): the ViT trained on the whole target at one size, then fine-tuned at twice the size (the
+patch grid doubles, the position table is interpolated), against more training at the low size
+for the same steps, and against the interpolated table without fine-tuning.
+
+Every run is one call of :func:`vitkit.train.trainer.train`. The budget rule is equal epochs
+with a floor: ``steps = max(min_steps, ceil(epochs * images / batch))``. The augmentation of
+the DeiT arm is chosen by a stated sweep (light or heavy, scaled for small images: see
+``AUGMENTATION``) at the largest subset with seed 0, then used at every size. Each finished run
+leaves its row in ``OUT/results/NAME.json`` (a rerun skips it), and weights are kept only while
+a later run needs them (teacher, pre-trained source, low-resolution model) unless
+``keep_checkpoints``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from vitkit.checkpoints.io import atomic_write
+from vitkit.errors import ConfigError
+from vitkit.train.config import resolve
+from vitkit.train.trainer import train
+
+log = logging.getLogger("vitkit")
+
+# The DeiT recipe is tuned for 224px ImageNet and 300 epochs: a crop keeping 8% of a 16-pixel
+# digit, or RandAugment at magnitude 9, destroys the label. Scaled for small images and short
+# budgets (Steiner et al. 2021 sweep none / light / heavy the same way): crops keep at least
+# half (light: 80%) of the image, RandAugment at a third (light: a fifth) of the DeiT magnitude,
+# MixUp/CutMix only in "heavy", no flips (digits are not symmetric).
+AUGMENTATION: dict[str, dict] = {
+    "light": dict(crop_scale=0.8, randaugment=2, mixup=0.2, cutmix=0.0, random_erasing=0.1,
+                  label_smoothing=0.1, drop_path=0.05),
+    "heavy": dict(crop_scale=0.5, randaugment=3, mixup=0.8, cutmix=1.0, random_erasing=0.25,
+                  label_smoothing=0.1, drop_path=0.1),
+}
+
+# name -> (label, claim, options on top of the base); the CNNs are the teachers and baselines
+ARMS: dict[str, tuple[str, str, dict]] = {
+    "cnn": ("ResNet-18", "a", dict(model="resnet18")),
+    "cnn-small": ("ResNet-18, width 24 (about the ViT's FLOPs)", "a",
+                  dict(model="resnet18_w24")),
+    "vit": ("ViT (plain)", "a", dict()),
+    "vit-deit": ("ViT + augmentation (DeiT-style, swept)", "c", dict()),
+    "vit-distilled": ("ViT distilled from ResNet-18", "c", dict(distill="hard")),
+    "vit-pretrained": ("ViT pre-trained on the source", "b", dict(recipe="plain")),
+    "cnn-pretrained": ("ResNet-18 pre-trained on the source", "b", dict(model="resnet18")),
+    "source-vit": ("ViT on the source (pre-training)", "b", dict()),
+    "source-cnn": ("ResNet-18 on the source (pre-training)", "b", dict(model="resnet18")),
+    "sweep-light": ("ViT + light augmentation (sweep)", "c", dict()),
+    "sweep-heavy": ("ViT + heavy augmentation (sweep)", "c", dict()),
+    "res-low": ("ViT at the low size (more steps)", "d", dict()),
+    "res-2x": ("ViT fine-tuned at 2x, table interpolated", "d", dict()),
+    "res-naive": ("ViT at 2x, table interpolated, not fine-tuned", "d", dict()),
+}
+FINETUNE_LR = 0.25  # fine-tuning runs (pre-trained arms, claim (d)) use this share of --lr
+
+
+@dataclass
+class StudyPlan:
+    """What the study runs. ``source``: the pre-training data (None: no claim (b));
+    ``resolution``: run claim (d)."""
+
+    data: str = "digits"
+    img_size: int = 16
+    vit: str = "vit_micro_patch4_32"
+    cnn: str = "resnet18"  # the baseline and teacher
+    cnn_small: str = "resnet18_w24"  # a CNN of about the ViT's compute
+    fractions: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0)
+    seeds: int = 2
+    epochs: float = 10.0
+    min_steps: int = 150
+    max_steps: int = 0  # > 0: a cap, so the largest subsets fit the time there is
+    batch_size: int = 64
+    lr: float = 8e-3
+    source: str | None = None
+    source_steps: int = 1500
+    resolution: bool = True
+    resolution_steps: int = 300
+    augmentation: str = "sweep"  # sweep | light | heavy
+    device: str = "auto"
+    out: str = "runs/study"
+    keep_checkpoints: bool = False
+    extra: dict = field(default_factory=dict)  # any TrainConfig option for every run
+
+    def check(self) -> None:
+        for name in ("seeds", "batch_size", "img_size", "min_steps", "source_steps",
+                     "resolution_steps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be 1 or more, got "
+                                  f"{getattr(self, name)}")
+        if self.epochs <= 0:
+            raise ConfigError(f"--epochs must be positive, got {self.epochs}")
+        if not self.fractions or not all(0 < f <= 1 for f in self.fractions):
+            raise ConfigError(f"--fractions must be shares in (0, 1], got {list(self.fractions)}")
+        if self.augmentation not in ("sweep", *AUGMENTATION):
+            raise ConfigError(f"--augmentation must be sweep, light or heavy, got "
+                              f"{self.augmentation!r}")
+
+    def steps(self, images: int) -> int:
+        """The budget rule: equal epochs, with a floor of ``min_steps`` (and a cap of
+        ``max_steps`` when set); the same for every arm at a given size."""
+        steps = max(self.min_steps, math.ceil(self.epochs * images / self.batch_size))
+        return min(steps, self.max_steps) if self.max_steps else steps
+
+    @property
+    def budget(self) -> str:
+        cap = f", at most {self.max_steps}" if self.max_steps else ""
+        return (f"{self.epochs:g} epochs of the subset, at least {self.min_steps} steps{cap}, "
+                f"batch {self.batch_size}, the same for every arm")
+
+
+def arm_label(arm: str, plan: StudyPlan) -> str:
+    """The arm's name in reports, with the plan's CNNs named when they are not the defaults."""
+    text = ARMS[arm][0]
+    if arm == "cnn-small":
+        return text if plan.cnn_small == "resnet18_w24" else f"{plan.cnn_small} (small CNN)"
+    return text.replace("ResNet-18", plan.cnn) if plan.cnn != "resnet18" else text
+
+
+def _base(plan: StudyPlan) -> dict:
+    return dict(data=plan.data, img_size=plan.img_size, model=plan.vit,
+                batch_size=plan.batch_size, lr=plan.lr, warmup_epochs=0.0, out=plan.out,
+                device=plan.device, eval_every=10**6, **plan.extra)
+
+
+WEIGHTS = ("best.safetensors", "last.safetensors", "state.pt")
+
+
+def drop_weights(run_dir: Path) -> None:
+    """Remove a finished run's weights and resume state; config, log and metrics stay."""
+    for name in WEIGHTS:
+        (run_dir / name).unlink(missing_ok=True)
+
+
+def _clock(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+class Study:
+    """Runs the plan, resuming from ``OUT/results``; ``say`` prints progress."""
+
+    def __init__(self, plan: StudyPlan, say: Callable[[str], None] = print) -> None:
+        plan.check()
+        self.plan, self.say = plan, say
+        self.out = Path(plan.out)
+        self.rows: list[dict] = []
+        self.total = self.done = 0
+        self.spent, self.trained, self.start = 0.0, 0, time.perf_counter()
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _record_path(self, name: str) -> Path:
+        return self.out / "results" / f"{name}.json"
+
+    def finished(self, name: str) -> dict | None:
+        path = self._record_path(name)
+        try:
+            return json.loads(path.read_text()) if path.exists() else None
+        except (OSError, ValueError):
+            return None  # a damaged record: run it again
+
+    def weights(self, name: str) -> Path:
+        return self.out / name / "best.safetensors"
+
+    def _progress(self, row: dict, seconds: float | None) -> None:
+        self.done += 1
+        label = arm_label(row["arm"], self.plan)
+        what = f"[{self.done}/{self.total}] {label}, {row.get('fraction', 1):.0%}"
+        if seconds is None:
+            self.say(f"{what}, seed {row['seed']}: done before (top-1 {row['top1']:.4f})")
+            return
+        self.spent, self.trained = self.spent + seconds, self.trained + 1
+        left = (self.total - self.done) * self.spent / self.trained
+        self.say(f"{what} ({row['images']} images), seed {row['seed']}: top-1 "
+                 f"{row['top1']:.4f} in {_clock(seconds)}; "
+                 f"{_clock(time.perf_counter() - self.start)} elapsed, about {_clock(left)} "
+                 "left")
+
+    def run_one(self, name: str, arm: str, seed: int, fraction: float, options: dict,
+                needed_later: bool = False) -> dict:
+        """Train one run (or take its recorded row); keep its weights if ``needed_later``."""
+        done = self.finished(name)
+        if done is not None and not (needed_later and not self.weights(name).exists()):
+            self.rows.append(done)
+            self._progress(done, None)
+            return done
+        cfg = resolve({**_base(self.plan), **options, "data_fraction": fraction, "seed": seed,
+                       "name": name})
+        start = time.perf_counter()
+        result = train(cfg)
+        seconds = time.perf_counter() - start
+        row = dict(arm=arm, claim=ARMS[arm][1] if arm in ARMS else "", fraction=fraction,
+                   images=result.train_images, seed=seed, top1=result.history[-1]["val_top1"],
+                   best_top1=result.best_top1, steps=result.history[-1]["step"],
+                   img_size=cfg.img_size, model=cfg.model, seconds=round(seconds, 1))
+        (self.out / "results").mkdir(parents=True, exist_ok=True)
+        atomic_write(self._record_path(name), lambda tmp: tmp.write_text(json.dumps(row)))
+        if not needed_later and not self.plan.keep_checkpoints:
+            drop_weights(result.run_dir)
+        self.rows.append(row)
+        self._progress(row, seconds)
+        return row
+
+    def release(self, name: str) -> None:
+        if not self.plan.keep_checkpoints:
+            drop_weights(self.out / name)
+
+    # --------------------------------------------------------------------- the study
+    def subset_images(self, fraction: float) -> int:
+        from vitkit.data.datasets import load_split
+
+        n = len(load_split(self.plan.data, "train", self.plan.img_size,
+                           root=self.plan.extra.get("data_root", "data")))
+        return max(1, round(fraction * n))
+
+    def run(self) -> list[dict]:
+        p = self.plan
+        fractions = sorted(p.fractions)
+        per_point = 5 + (2 if p.source else 0)
+        self.total = (len(fractions) * p.seeds * per_point
+                      + (2 if p.source else 0)
+                      + (2 if p.augmentation == "sweep" else 0)
+                      + (2 * p.seeds if p.resolution else 0))
+        level = self.sweep(fractions[-1]) if p.augmentation == "sweep" else p.augmentation
+        sources = self.pretrain() if p.source else {}
+        for seed in range(p.seeds):
+            for fraction in fractions:
+                self.point(fraction, seed, level, sources)
+            if p.resolution:
+                self.resolution(seed)
+        for name in sources.values():
+            self.release(name)
+        return self.rows
+
+    def _steps(self, fraction: float) -> dict:
+        return dict(steps=self.plan.steps(self.subset_images(fraction)))
+
+    def sweep(self, fraction: float) -> str:
+        """Light or heavy augmentation for the DeiT arm, chosen at the largest subset, seed 0."""
+        scores = {}
+        for level, options in AUGMENTATION.items():
+            row = self.run_one(f"sweep-{level}", f"sweep-{level}", 0, fraction,
+                               {**options, **self._steps(fraction)})
+            scores[level] = row["top1"]
+        best = max(scores, key=scores.get)
+        self.sweep_scores = scores
+        self.say(f"augmentation sweep at {fraction:.0%}: " + ", ".join(
+            f"{k} {v:.4f}" for k, v in scores.items()) + f"; the DeiT arm uses {best}")
+        return best
+
+    def pretrain(self) -> dict[str, str]:
+        """The ViT and ResNet-18 trained once on the source -> {fine-tuned arm: run name}."""
+        names = {}
+        fractions, seeds = sorted(self.plan.fractions), range(self.plan.seeds)
+        for arm, source, model in (("vit-pretrained", "source-vit", self.plan.vit),
+                                   ("cnn-pretrained", "source-cnn", self.plan.cnn)):
+            later = any(self.finished(f"{arm}-f{f:g}-s{s}") is None
+                        for f in fractions for s in seeds)
+            self.run_one(source, source, 0, 1.0, dict(data=self.plan.source, model=model,
+                                                      steps=self.plan.source_steps),
+                         needed_later=later)
+            names[arm] = source
+        return names
+
+    def point(self, fraction: float, seed: int, level: str, sources: dict[str, str]) -> None:
+        tag = f"f{fraction:g}-s{seed}"
+        steps = self._steps(fraction)
+        keep_vit = self.plan.resolution and fraction == max(self.plan.fractions) and any(
+            self.finished(f"res-{k}-s{seed}") is None for k in ("low", "2x", "naive"))
+        self.run_one(f"cnn-{tag}", "cnn", seed, fraction, {"model": self.plan.cnn, **steps},
+                     needed_later=self.finished(f"vit-distilled-{tag}") is None)
+        self.run_one(f"cnn-small-{tag}", "cnn-small", seed, fraction,
+                     {"model": self.plan.cnn_small, **steps})
+        self.run_one(f"vit-{tag}", "vit", seed, fraction, steps, needed_later=keep_vit)
+        self.run_one(f"vit-deit-{tag}", "vit-deit", seed, fraction,
+                     {**AUGMENTATION[level], **steps})
+        self.run_one(f"vit-distilled-{tag}", "vit-distilled", seed, fraction,
+                     {**ARMS["vit-distilled"][2], "teacher": str(self.weights(f"cnn-{tag}")),
+                      **steps})
+        self.release(f"cnn-{tag}")
+        for arm, name in sources.items():
+            model = self.plan.vit if arm == "vit-pretrained" else self.plan.cnn
+            self.run_one(f"{arm}-{tag}", arm, seed, fraction,
+                         dict(model=model, init=str(self.weights(name)),
+                              lr=self.plan.lr * FINETUNE_LR, **steps))
+
+    def resolution(self, seed: int) -> None:
+        """Claim (d) on the whole largest subset: the low-size ViT, more of it, 2x fine-tuned,
+        and its interpolated table without fine-tuning."""
+        fraction = max(self.plan.fractions)
+        low = f"vit-f{fraction:g}-s{seed}"
+        init = str(self.weights(low))
+        steps = dict(steps=self.plan.resolution_steps, lr=self.plan.lr * FINETUNE_LR)
+        self.run_one(f"res-low-s{seed}", "res-low", seed, fraction, dict(init=init, **steps))
+        self.run_one(f"res-2x-s{seed}", "res-2x", seed, fraction,
+                     dict(init=init, img_size=2 * self.plan.img_size, **steps))
+        naive = f"res-naive-s{seed}"
+        row = self.finished(naive)
+        if row is None:
+            from vitkit.commands.eval import evaluate_checkpoint
+
+            result = evaluate_checkpoint(init, self.plan.data, "val",
+                                         img_size=2 * self.plan.img_size,
+                                         root=self.plan.extra.get("data_root", "data"))
+            row = dict(arm="res-naive", claim="d", fraction=fraction,
+                       images=self.finished(low)["images"], seed=seed, top1=result["top1"],
+                       best_top1=result["top1"], steps=0, img_size=2 * self.plan.img_size,
+                       model=self.plan.vit, seconds=0.0)
+            atomic_write(self._record_path(naive), lambda tmp: tmp.write_text(json.dumps(row)))
+            self.say(f"ViT of seed {seed} at {2 * self.plan.img_size}px, table interpolated, "
+                     f"not fine-tuned: top-1 {row['top1']:.4f}")
+        self.rows.append(row)
+        self.release(low)
+
+
+def plan_dict(plan: StudyPlan) -> dict:
+    """The plan as stored beside the results (the budget rule that ran, in words too)."""
+    return {**asdict(plan), "budget": plan.budget, "augmentation_levels": AUGMENTATION}

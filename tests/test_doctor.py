@@ -190,6 +190,33 @@ def test_train_says_the_small_data_and_recipe_warnings_at_its_start(tmp_path):
         assert words in text
 
 
+def test_a_warmup_in_steps_or_a_ratio_counts_as_warmup():
+    from vitkit.diagnose import start_of_run
+
+    def warns(**warmup):
+        cfg = {**resolve(dict(model="vit_nano_patch4_32", steps=150)).to_dict(),
+               "warmup_epochs": 0, **warmup}
+        return any("no learning-rate warmup" in f.summary
+                   for f in start_of_run(cfg, train_images=1000, classes=10))
+
+    assert warns() and warns(warmup_steps=0)
+    assert not warns(warmup_steps=15) and not warns(warmup_ratio=0.1)
+
+
+@pytest.mark.parametrize("options,words", [
+    (dict(steps=150, warmup_steps=150), "a warmup of 150 steps in a run of 150"),
+    (dict(epochs=4, warmup_epochs=5), "a warmup of 75 steps in a run of 60"),  # 15 steps an epoch
+])
+def test_a_warmup_as_long_as_the_run_is_flagged(options, words):
+    from vitkit.diagnose import start_of_run
+
+    for warm, flagged in ((options, True), ({**options, "warmup_steps": 1,
+                                             "warmup_epochs": 0.1}, False)):
+        cfg = resolve(dict(model="vit_nano_patch4_32", **warm)).to_dict()
+        text = [f.summary for f in start_of_run(cfg, train_images=1000, classes=10)]
+        assert any(words in t for t in text) == flagged, text
+
+
 # -------------------------------------------------------------------------------------- maps
 def _maps_of(trained, x):
     model = vitkit.load_model(trained[0] / "last.safetensors", verbose=False)

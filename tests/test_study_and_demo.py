@@ -76,6 +76,7 @@ def test_the_budget_rule_in_the_plan_is_what_ran(tiny_study):
                                   / "config.yaml").read_text())
             want = max(2, math.ceil(1 * int(r["images"]) / 32))
             assert cfg["steps"] == want == int(r["steps"]), r
+            assert cfg["warmup_steps"] == max(1, round(0.1 * want)), r
 
 
 def test_the_2x_arm_interpolates_the_table_and_the_naive_resize_is_refused(tiny_study):

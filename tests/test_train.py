@@ -277,6 +277,17 @@ def test_eval_and_predict_commands(tmp_path):
     assert len(lines) == 4 and "cannot read image" in lines[-1]
 
 
+def test_warmup_in_steps_overrides_epochs(tmp_path):
+    from vitkit.train.trainer import warmup_steps
+
+    assert warmup_steps(resolve(dict(warmup_epochs=0.5)), 20) == 10
+    assert warmup_steps(resolve(dict(warmup_epochs=0.5, warmup_steps=3)), 20) == 3
+    # a warmup as long as the run ends it at the full lr; without one the cosine has decayed
+    top = run(tmp_path, "warm", steps=4, warmup_steps=4, lr=8e-3).history[-1]["lr"]
+    cold = run(tmp_path, "cold", steps=4, warmup_epochs=0, lr=8e-3).history[-1]["lr"]
+    assert top == pytest.approx(8e-3 * 64 / 512) and cold < 0.5 * top
+
+
 def test_warmup_then_cosine():
     from vitkit.train.trainer import cosine_lr
 

@@ -306,7 +306,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=["data", "patch"], default="data")
     p.add_argument("--full", action="store_true",
                    help="the committed run: Fashion-MNIST 5-9 as target, 0-4 as source, 3 seeds "
-                        "(about 60 minutes on 2 cores)")
+                        "(about 40 minutes on 2 cores)")
     p.add_argument("--data", default=None,
                    help="target data spec as for train --data (default digits)")
     p.add_argument("--data-root", default=None, help="where Fashion-MNIST/MNIST/CIFAR are")
@@ -326,6 +326,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-steps", type=int, default=None,
                    help="budget floor in optimizer steps (default 60)")
     p.add_argument("--max-steps", type=int, default=None, help="budget cap (default none)")
+    p.add_argument("--warmup", type=float, default=None,
+                   help="share of every run's steps spent in linear warmup (default 0.1)")
     p.add_argument("--source-steps", type=int, default=None,
                    help="pre-training steps on the source (default 200)")
     p.add_argument("--resolution-steps", type=int, default=None,

@@ -142,7 +142,9 @@ def check_recipe(run: Run, ctx: dict) -> list[Finding]:
     out = []
     opt = str(cfg.get("opt", cfg.get("optimizer", "adamw"))).lower()
     lr = run.effective_lr
-    warmup = float(cfg.get("warmup_epochs", 0) or 0)
+    # any warmup counts: vitkit's and timm's epochs or steps, Hugging Face's steps or ratio
+    warmup = next((float(cfg[k]) for k in ("warmup_epochs", "warmup_steps", "warmup_ratio")
+                   if float(cfg.get(k, 0) or 0) > 0), 0.0)
     clip = float(cfg.get("clip_grad", 0) or 0)
     scratch = not (cfg.get("init") or cfg.get("pretrained"))
     if opt.startswith("sgd") and lr is not None and lr >= SGD_LR and not warmup and not clip:
@@ -178,7 +180,8 @@ def check_recipe(run: Run, ctx: dict) -> list[Finding]:
             "run.recipe", "warning", "no learning-rate warmup for a ViT trained from scratch",
             {"warmup_epochs": warmup},
             "Without warmup, AdamW's first large steps put attention into a state it recovers "
-            "from slowly, if at all.", "--warmup-epochs 5 (or a share of a short run: 0.5)"))
+            "from slowly, if at all.",
+            "--warmup-epochs 5 (in a short run set by --steps: --warmup-steps, a tenth of them)"))
     heavy = float(cfg.get("randaugment", 0) or 0) > 0 and \
         (float(cfg.get("mixup", 0) or 0) > 0 or float(cfg.get("cutmix", 0) or 0) > 0)
     epochs = _epochs(run)
@@ -190,10 +193,34 @@ def check_recipe(run: Run, ctx: dict) -> list[Finding]:
             "Heavy augmentation pays off over hundreds of epochs (DeiT: 300); at short budgets it "
             "costs accuracy (`vitkit study` measures it).",
             "train longer, or lighten it: --randaugment 0 --mixup 0 --cutmix 0"))
+    total, warm = _schedule(run)
+    if total and warm >= total:
+        out.append(Finding(
+            "run.recipe", "warning",
+            f"a warmup of {warm} steps in a run of {total}: the learning rate never decays",
+            {"warmup_steps": warm, "steps": total},
+            "The cosine decay never starts, so the run ends at its peak learning rate, where the "
+            "loss is noisiest; warmup is usually a few percent of the run.",
+            "--warmup-steps about a tenth of --steps, or --warmup-epochs well below --epochs"))
     if not out:
         out.append(Finding("run.recipe", "ok", f"a ViT recipe ({opt}, lr {lr if lr else '?'})",
                            {"optimizer": opt}))
     return out
+
+
+def _schedule(run: Run) -> tuple[int, int]:
+    """(optimizer steps, warmup steps) of a vitkit run as the trainer counts them, or zeros
+    where the config does not tell (a foreign config, an unknown training-set size)."""
+    cfg = run.config
+    try:
+        per_epoch = (run.train_images or 0) // (int(cfg.get("batch_size") or 0)
+                                                * int(cfg.get("accum_steps") or 1))
+        total = int(cfg.get("steps") or 0) or int(cfg.get("epochs") or 0) * per_epoch
+        warm = int(cfg.get("warmup_steps") or 0) or int(float(cfg.get("warmup_epochs") or 0)
+                                                        * per_epoch)
+    except (TypeError, ValueError, ZeroDivisionError):
+        return 0, 0
+    return total, warm
 
 
 def _epochs(run: Run) -> float | None:

@@ -43,6 +43,7 @@ class TrainConfig:
     min_lr: float = 1e-6
     weight_decay: float = 0.05
     warmup_epochs: float = 1.0
+    warmup_steps: int = 0  # > 0: linear warmup over this many optimizer steps (not epochs)
     clip_grad: float = 0.0  # max gradient norm; 0 = off
     layer_decay: float = 1.0  # < 1: layer-wise lr decay for fine-tuning ViTs
     ema_decay: float = 0.0  # > 0: keep and evaluate an EMA of the weights

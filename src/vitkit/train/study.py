@@ -10,7 +10,8 @@ patch grid doubles, the position table is interpolated), against more training a
 for the same steps, and against the interpolated table without fine-tuning.
 
 Every run is one call of :func:`vitkit.train.trainer.train`. The budget rule is equal epochs
-with a floor: ``steps = max(min_steps, ceil(epochs * images / batch))``. The augmentation of
+with a floor: ``steps = max(min_steps, ceil(epochs * images / batch))``, the first tenth of
+them (``warmup``) a linear warmup. The augmentation of
 the DeiT arm is chosen by a stated sweep (light or heavy, scaled for small images: see
 ``AUGMENTATION``) at the largest subset with seed 0, then used at every size. Each finished run
 leaves its row in ``OUT/results/NAME.json`` (a rerun skips it), and weights are kept only while
@@ -85,6 +86,7 @@ class StudyPlan:
     max_steps: int = 0  # > 0: a cap, so the largest subsets fit the time there is
     batch_size: int = 64
     lr: float = 8e-3
+    warmup: float = 0.1  # share of every run's steps spent in linear warmup
     source: str | None = None
     source_steps: int = 1500
     resolution: bool = True
@@ -103,6 +105,9 @@ class StudyPlan:
                                   f"{getattr(self, name)}")
         if self.epochs <= 0:
             raise ConfigError(f"--epochs must be positive, got {self.epochs}")
+        if not 0 <= self.warmup < 1:  # NaN fails too
+            raise ConfigError(f"--warmup is a share of each run's steps in [0, 1), got "
+                              f"{self.warmup}")
         if not self.fractions or not all(0 < f <= 1 for f in self.fractions):
             raise ConfigError(f"--fractions must be shares in (0, 1], got {list(self.fractions)}")
         if self.augmentation not in ("sweep", *AUGMENTATION):
@@ -115,11 +120,17 @@ class StudyPlan:
         steps = max(self.min_steps, math.ceil(self.epochs * images / self.batch_size))
         return min(steps, self.max_steps) if self.max_steps else steps
 
+    def schedule(self, steps: int) -> dict:
+        """A run's ``steps`` with its warmup: ``warmup`` of them (at least one when set)."""
+        warm = max(1, round(self.warmup * steps)) if self.warmup > 0 else 0
+        return dict(steps=steps, warmup_steps=warm, warmup_epochs=0.0)
+
     @property
     def budget(self) -> str:
         cap = f", at most {self.max_steps}" if self.max_steps else ""
         return (f"{self.epochs:g} epochs of the subset, at least {self.min_steps} steps{cap}, "
-                f"batch {self.batch_size}, the same for every arm")
+                f"batch {self.batch_size}, {self.warmup:.0%} of them warmup, the same for "
+                "every arm")
 
 
 def arm_label(arm: str, plan: StudyPlan) -> str:
@@ -181,8 +192,10 @@ class Study:
         if seconds is None:
             self.say(f"{what}, seed {row['seed']}: done before (top-1 {row['top1']:.4f})")
             return
-        self.spent, self.trained = self.spent + seconds, self.trained + 1
-        left = (self.total - self.done) * self.spent / self.trained
+        if not row["arm"].startswith("source-"):  # the one-off pre-training runs are longer
+            self.spent, self.trained = self.spent + seconds, self.trained + 1
+        left = (self.total - self.done) * (self.spent / self.trained if self.trained
+                                           else seconds)
         self.say(f"{what} ({row['images']} images), seed {row['seed']}: top-1 "
                  f"{row['top1']:.4f} in {_clock(seconds)}; "
                  f"{_clock(time.perf_counter() - self.start)} elapsed, about {_clock(left)} "
@@ -245,7 +258,7 @@ class Study:
         return self.rows
 
     def _steps(self, fraction: float) -> dict:
-        return dict(steps=self.plan.steps(self.subset_images(fraction)))
+        return self.plan.schedule(self.plan.steps(self.subset_images(fraction)))
 
     def sweep(self, fraction: float) -> str:
         """Light or heavy augmentation for the DeiT arm, chosen at the largest subset, seed 0."""
@@ -268,8 +281,9 @@ class Study:
                                    ("cnn-pretrained", "source-cnn", self.plan.cnn)):
             later = any(self.finished(f"{arm}-f{f:g}-s{s}") is None
                         for f in fractions for s in seeds)
-            self.run_one(source, source, 0, 1.0, dict(data=self.plan.source, model=model,
-                                                      steps=self.plan.source_steps),
+            self.run_one(source, source, 0, 1.0,
+                         dict(data=self.plan.source, model=model,
+                              **self.plan.schedule(self.plan.source_steps)),
                          needed_later=later)
             names[arm] = source
         return names
@@ -302,7 +316,8 @@ class Study:
         fraction = max(self.plan.fractions)
         low = f"vit-f{fraction:g}-s{seed}"
         init = str(self.weights(low))
-        steps = dict(steps=self.plan.resolution_steps, lr=self.plan.lr * FINETUNE_LR)
+        steps = dict(self.plan.schedule(self.plan.resolution_steps),
+                     lr=self.plan.lr * FINETUNE_LR)
         self.run_one(f"res-low-s{seed}", "res-low", seed, fraction, dict(init=init, **steps))
         self.run_one(f"res-2x-s{seed}", "res-2x", seed, fraction,
                      dict(init=init, img_size=2 * self.plan.img_size, **steps))

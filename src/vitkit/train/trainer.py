@@ -52,6 +52,14 @@ def cosine_lr(step: int, total: int, warmup: int, base: float, floor: float = 0.
     return floor + (base - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
+def warmup_steps(cfg: TrainConfig, steps_per_epoch: int) -> int:
+    """Optimizer steps of linear warmup: ``cfg.warmup_steps`` when set, otherwise
+    ``cfg.warmup_epochs`` epochs of ``steps_per_epoch`` steps."""
+    if cfg.warmup_steps > 0:
+        return cfg.warmup_steps
+    return int(cfg.warmup_epochs * steps_per_epoch)
+
+
 class NonFiniteLoss(VitkitError, RuntimeError):
     """The loss became NaN or infinite; the message names the step and the usual causes (and
     goes to train.log, where ``vitkit doctor`` finds it)."""
@@ -375,7 +383,7 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
         num_classes=num_classes, train_images=len(train_split), global_batch=global_batch,
         base_lr=base_lr, steps_per_epoch=steps_per_epoch, epochs=epochs,
         total=cfg.steps if cfg.steps > 0 else epochs * steps_per_epoch,
-        warmup=int(cfg.warmup_epochs * steps_per_epoch),
+        warmup=warmup_steps(cfg, steps_per_epoch),
         show=(sys.stderr.isatty() if progress is None else progress) and ctx.main,
     )
     if state is not None:

@@ -278,10 +278,10 @@ def test_eval_and_predict_commands(tmp_path):
 
 
 def test_warmup_in_steps_overrides_epochs(tmp_path):
-    from vitkit.train.trainer import warmup_steps
+    from vitkit.train.config import schedule
 
-    assert warmup_steps(resolve(dict(warmup_epochs=0.5)), 20) == 10
-    assert warmup_steps(resolve(dict(warmup_epochs=0.5, warmup_steps=3)), 20) == 3
+    assert schedule(20, epochs=2, warmup_epochs=0.5) == (40, 10)
+    assert schedule(20, steps=7, epochs=2, warmup_epochs=0.5, warmup_steps=3) == (7, 3)
     # a warmup as long as the run ends it at the full lr; without one the cosine has decayed
     top = run(tmp_path, "warm", steps=4, warmup_steps=4, lr=8e-3).history[-1]["lr"]
     cold = run(tmp_path, "cold", steps=4, warmup_epochs=0, lr=8e-3).history[-1]["lr"]

@@ -138,13 +138,13 @@ def decode_image(data: bytes, max_pixels: int = 40_000_000, name: str = "the ima
         # only the formats vitkit names (never EPS, which Pillow hands to Ghostscript); the
         # size is checked against both limits here rather than through the bomb warning,
         # whose filter is process-wide state that threads would race on
+        limit = min(max_pixels, Image.MAX_IMAGE_PIXELS or max_pixels)
         with Image.open(io.BytesIO(data), formats=DECODED_FORMATS) as img:
             w, h = img.size
-            if w * h > min(max_pixels, Image.MAX_IMAGE_PIXELS or max_pixels):
+            if w * h > limit:
                 raise ImageError(
                     f"{name} is {w}x{h} = {w * h / 1e6:.2f} megapixels, more than the "
-                    f"{min(max_pixels, Image.MAX_IMAGE_PIXELS or max_pixels) / 1e6:g} "
-                    "allowed: too large to decode safely; scale it down first")
+                    f"{limit / 1e6:g} allowed: too large to decode safely; scale it down first")
             img.load()
             return to_rgb(img)
     except Image.DecompressionBombError as err:

@@ -211,16 +211,16 @@ def check_recipe(run: Run, ctx: dict) -> list[Finding]:
 def _schedule(run: Run) -> tuple[int, int]:
     """(optimizer steps, warmup steps) of a vitkit run as the trainer counts them, or zeros
     where the config does not tell (a foreign config, an unknown training-set size)."""
+    from vitkit.train.config import schedule, steps_per_epoch
+
     cfg = run.config
     try:
-        per_epoch = (run.train_images or 0) // (int(cfg.get("batch_size") or 0)
-                                                * int(cfg.get("accum_steps") or 1))
-        total = int(cfg.get("steps") or 0) or int(cfg.get("epochs") or 0) * per_epoch
-        warm = int(cfg.get("warmup_steps") or 0) or int(float(cfg.get("warmup_epochs") or 0)
-                                                        * per_epoch)
+        per_epoch = steps_per_epoch(run.train_images or 0, int(cfg.get("batch_size") or 0),
+                                    int(cfg.get("accum_steps") or 1))
+        return schedule(per_epoch, int(cfg.get("steps") or 0), int(cfg.get("epochs") or 0),
+                        int(cfg.get("warmup_steps") or 0), float(cfg.get("warmup_epochs") or 0))
     except (TypeError, ValueError, ZeroDivisionError):
         return 0, 0
-    return total, warm
 
 
 def _epochs(run: Run) -> float | None:

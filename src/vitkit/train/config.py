@@ -224,6 +224,20 @@ def _check_ranges(cfg: TrainConfig) -> None:
         raise ConfigError("data_fraction must be more than 0 (a share of the training split)")
 
 
+def steps_per_epoch(images: int, batch_size: int, accum_steps: int = 1, world: int = 1) -> int:
+    """Optimizer steps in one epoch: whole global batches only (the trainer drops the rest)."""
+    return images // (batch_size * world) // accum_steps
+
+
+def schedule(per_epoch: int, steps: int = 0, epochs: int = 0, warmup_steps: int = 0,
+             warmup_epochs: float = 0.0) -> tuple[int, int]:
+    """(optimizer steps, warmup steps) of a run of ``per_epoch`` steps an epoch: ``steps`` when
+    set, else ``epochs`` epochs; ``warmup_steps`` when set, else ``warmup_epochs`` epochs."""
+    total = steps if steps > 0 else epochs * per_epoch
+    warmup = warmup_steps if warmup_steps > 0 else int(warmup_epochs * per_epoch)
+    return total, warmup
+
+
 def save(cfg: TrainConfig, path: str | Path) -> None:
     from vitkit.checkpoints.writing import atomic_write
 

@@ -21,6 +21,7 @@ a later run needs them (teacher, pre-trained source, low-resolution model) unles
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -123,7 +124,7 @@ class StudyPlan:
     def schedule(self, steps: int) -> dict:
         """A run's ``steps`` with its warmup: ``warmup`` of them (at least one when set)."""
         warm = max(1, round(self.warmup * steps)) if self.warmup > 0 else 0
-        return dict(steps=steps, warmup_steps=warm, warmup_epochs=0.0)
+        return dict(steps=steps, warmup_steps=warm)  # _base sets warmup_epochs to 0
 
     @property
     def budget(self) -> str:
@@ -231,12 +232,16 @@ class Study:
             drop_weights(self.out / name)
 
     # --------------------------------------------------------------------- the study
-    def subset_images(self, fraction: float) -> int:
+    @functools.cached_property
+    def train_images(self) -> int:
+        """The size of the target's training split (read once)."""
         from vitkit.data.datasets import load_split
 
-        n = len(load_split(self.plan.data, "train", self.plan.img_size,
-                           root=self.plan.extra.get("data_root", "data")))
-        return max(1, round(fraction * n))
+        return len(load_split(self.plan.data, "train", self.plan.img_size,
+                              root=self.plan.extra.get("data_root", "data")))
+
+    def subset_images(self, fraction: float) -> int:
+        return max(1, round(fraction * self.train_images))
 
     def run(self) -> list[dict]:
         p = self.plan

@@ -52,14 +52,6 @@ def cosine_lr(step: int, total: int, warmup: int, base: float, floor: float = 0.
     return floor + (base - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def warmup_steps(cfg: TrainConfig, steps_per_epoch: int) -> int:
-    """Optimizer steps of linear warmup: ``cfg.warmup_steps`` when set, otherwise
-    ``cfg.warmup_epochs`` epochs of ``steps_per_epoch`` steps."""
-    if cfg.warmup_steps > 0:
-        return cfg.warmup_steps
-    return int(cfg.warmup_epochs * steps_per_epoch)
-
-
 class NonFiniteLoss(VitkitError, RuntimeError):
     """The loss became NaN or infinite; the message names the step and the usual causes (and
     goes to train.log, where ``vitkit doctor`` finds it)."""
@@ -360,12 +352,14 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
     opt = torch.optim.AdamW(param_groups(raw, cfg.weight_decay, cfg.layer_decay), lr=base_lr)
     if state is not None:
         opt.load_state_dict(state["optimizer"])
-    micro = len(train_split) // (cfg.batch_size * ctx.world)
-    steps_per_epoch = micro // cfg.accum_steps
+    steps_per_epoch = config_io.steps_per_epoch(len(train_split), cfg.batch_size,
+                                                cfg.accum_steps, ctx.world)
     if steps_per_epoch == 0:
         raise ConfigError(f"{len(train_split)} training images cannot fill one global batch of "
                          f"{global_batch}; lower --batch-size or --accum-steps")
     epochs = math.ceil(cfg.steps / steps_per_epoch) if cfg.steps > 0 else cfg.epochs
+    total, warmup = config_io.schedule(steps_per_epoch, cfg.steps, cfg.epochs, cfg.warmup_steps,
+                                       cfg.warmup_epochs)
     log.line(f"model {cfg.model}{' from ' + cfg.init if cfg.init else ''}: "
              f"{sum(p.numel() for p in raw.parameters()):,} parameters; {ctx.world} process(es) "
              f"on {ctx.device}; global batch {global_batch}, lr {base_lr:.3g}, "
@@ -382,8 +376,7 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
         else torch.autocast("cpu", enabled=False),
         num_classes=num_classes, train_images=len(train_split), global_batch=global_batch,
         base_lr=base_lr, steps_per_epoch=steps_per_epoch, epochs=epochs,
-        total=cfg.steps if cfg.steps > 0 else epochs * steps_per_epoch,
-        warmup=warmup_steps(cfg, steps_per_epoch),
+        total=total, warmup=warmup,
         show=(sys.stderr.isatty() if progress is None else progress) and ctx.main,
     )
     if state is not None:

@@ -27,7 +27,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from vitkit.errors import VitkitError
-from vitkit.explain.methods import METHODS
 from vitkit.web.samples import Sample
 from vitkit.web.session import Explorer, NotFound, View
 
@@ -282,9 +281,7 @@ def create_app(explorer: Explorer, *, token: str, host: str = "127.0.0.1", port:
         view = view_of(q)
         shown = explorer.method_map(view, q.get("method") or "rollout",
                                     _int(q.get("target"), "target", None), **options(q))
-        # a class-agnostic map (rollout, [CLS] attention) is for no class: say none
-        target = (int(shown.target[0])
-                  if explorer.has_head and METHODS[shown.method].gradients else None)
+        target = explorer.explained_class(shown)
         return dict(method=shown.method, target=target,
                     target_name=explorer.class_names()[target] if target is not None else None,
                     map=encode(shown.map[0]))

@@ -116,8 +116,8 @@ class Explorer:
         self.max_pixels = max_pixels
         # one image's maps, the model view and a few results must fit, or every view is
         # evicted by its own results: raise the bound (and say so) rather than fail later
-        t = self.cfg.num_prefix_tokens + self.cfg.grid_size[0] * self.cfg.grid_size[1]
-        view_bytes = 4 * len(model.blocks) * self.cfg.num_heads * t * t
+        t = self.cfg.num_prefix_tokens + self.grid[0] * self.grid[1]
+        view_bytes = 4 * self.depth * self.heads * t * t  # float32 (layers, heads, T, T)
         limit = cache_mb * 2**20
         if limit < 3 * view_bytes:
             limit = 3 * view_bytes
@@ -165,14 +165,15 @@ class Explorer:
         return out
 
     def info(self) -> dict:
+        unavailable = self.unavailable()
         return dict(
             name=self.name,
             depth=self.depth, heads=self.heads, grid=list(self.grid),
             patch_size=self.cfg.patch_size, input=list(self.size), pool=self.cfg.pool,
             prefix_tokens=self.token_names(), classes=self.class_names(),
             methods={name: m.summary for name, m in METHODS.items()},
-            applicable=[m for m in applicable(self.cfg) if m not in self.unavailable()],
-            unavailable=self.unavailable(), has_head=self.has_head,
+            applicable=[m for m in applicable(self.cfg) if m not in unavailable],
+            unavailable=unavailable, has_head=self.has_head,
             fusions=list(HEAD_FUSIONS),
         )
 
@@ -318,6 +319,11 @@ class Explorer:
         row = explain.token_attention(view.maps, token, layer, head)[0]
         roll = self.rollout_matrix(view, residual, fusion, discard_ratio)[token]
         return dict(row=row, rollout=roll)
+
+    def explained_class(self, shown) -> int | None:
+        """The class ``shown`` (a :meth:`method_map`) explains: None for a class-agnostic map
+        (rollout, [CLS] attention) and for a model without a classifier head."""
+        return int(shown.target[0]) if self.has_head and METHODS[shown.method].gradients else None
 
     def method_map(self, view: View, method: str, target: int | None, *, layer: int = -1,
                    head="mean", residual: float = 0.5, fusion: str = "mean",

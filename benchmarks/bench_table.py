@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from vitkit.commands.bench import bench, machine
+from vitkit.models.bench import bench, machine
 from vitkit.models.cost import flop_model
 from vitkit.models.registry import build_config
 

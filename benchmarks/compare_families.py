@@ -17,7 +17,7 @@ import timm
 import torch
 
 import vitkit
-from vitkit.commands.bench import interleaved, machine, median, spread
+from vitkit.models.bench import interleaved, machine, median, spread
 
 OUT = Path(__file__).parent / "results" / "compare_families.md"
 MODELS = {"vit_small_patch14_dinov2": dict(img_size=224), "vit_base_patch16_clip_224": {},

@@ -6,7 +6,7 @@ time (above 1: vitkit is faster), with their spread (half the interquartile rang
 Covers inference and a training step (forward, backward, AdamW) for ViT-S/16 and ViT-B/16 at
 224, and the cost of maps (vitkit with all-layer maps vs without; HF eager with
 output_attentions; vitkit with the last layer's maps only), and what vitkit's in-place CPU
-inference path buys (vitkit with ``fused_inference = False`` as one more peer).
+inference path buys (vitkit with ``inplace_inference = False`` as one more peer).
 Usage: python benchmarks/compare_peers.py [--batch 8] [--repeats 7] [--models NAME...]
        [--device cpu|cuda] [--dtype float32|bfloat16] [--out PATH]
 Writes benchmarks/results/compare_peers.md (``--out`` elsewhere; benchmarks/gpu_check.sh uses
@@ -28,7 +28,7 @@ import transformers
 
 import vitkit
 from vitkit.checkpoints import torchvision as tv_format
-from vitkit.commands.bench import interleaved, machine, median, spread
+from vitkit.models.bench import interleaved, machine, median, spread
 
 OUT = Path(__file__).parent / "results" / "compare_peers.md"
 
@@ -39,7 +39,7 @@ def peers(name: str) -> dict[str, torch.nn.Module]:
     ours = vitkit.create_model(name).eval()
     out = {"vitkit": ours}
     out["vitkit-standard"] = copy.deepcopy(ours)
-    out["vitkit-standard"].fused_inference = False
+    out["vitkit-standard"].inplace_inference = False
     t = timm.create_model(name, num_classes=1000)
     t.load_state_dict(ours.state_dict())
     out["timm"] = t.eval()
@@ -154,7 +154,7 @@ def main() -> None:
                   f"output_attentions costs "
                   f"{ratio(inf, 'hf-eager+attentions', unit='x')} vitkit's plain forward "
                   f"({ratio(inf, 'hf-eager+attentions', 'hf-eager', unit='x')} its own).", "",
-                  f"vitkit's standard path (`fused_inference = False`, as under autograd) takes "
+                  f"vitkit's standard path (`inplace_inference = False`, as under autograd) takes "
                   f"{ratio(inf, 'vitkit-standard', unit='x')} the in-place inference path's "
                   "time.", ""]
         print("\n".join(lines[-12:]), flush=True)

@@ -18,9 +18,9 @@ import torch
 
 import vitkit
 from vitkit import explain
-from vitkit.commands.bench import machine
 from vitkit.data import cluttered_digits
 from vitkit.explain import metrics
+from vitkit.models.bench import machine
 from vitkit.train import resolve, train
 from vitkit.viz import plot
 

@@ -28,7 +28,7 @@ import numpy as np
 from PIL import Image
 
 import vitkit
-from vitkit.commands.bench import machine
+from vitkit.models.bench import machine
 from vitkit.web.session import Explorer
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))

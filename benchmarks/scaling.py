@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 import vitkit
-from vitkit.commands.bench import interleaved, machine, median, spread
+from vitkit.models.bench import interleaved, machine, median, spread
 from vitkit.models.cost import flop_model
 
 OUT = Path(__file__).parent / "results" / "scaling.md"

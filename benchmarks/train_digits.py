@@ -15,7 +15,7 @@ import argparse
 import time
 from pathlib import Path
 
-from vitkit.commands.bench import machine
+from vitkit.models.bench import machine
 from vitkit.train.config import resolve
 from vitkit.train.trainer import train
 

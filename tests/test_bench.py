@@ -6,7 +6,7 @@ import torch._dynamo as dynamo
 
 import vitkit
 from vitkit.cli import main
-from vitkit.commands.bench import bench, describe
+from vitkit.models.bench import bench, report
 from vitkit.models.cost import flop_model
 
 
@@ -22,7 +22,7 @@ def test_bench_reports_consistent_numbers(train, attn, mode):
                      readout_only=not attn).flops / 1e9
     assert r.gflops_per_image == pytest.approx(fwd * (3 if train else 1))
     assert r.achieved_gflops == pytest.approx(r.gflops_per_image * r.images_per_s)
-    assert "% of this machine's measured matmul peak" in describe(r)
+    assert "% of this machine's measured matmul peak" in report(r)
 
 
 def test_bench_errors_and_cli(capsys):

@@ -132,6 +132,7 @@ def test_dropping_pre_logits_under_a_head_needs_a_new_head(tmp_path):
     with pytest.raises(CheckpointError, match=r"width 32 .* pass num_heads="):
         vitkit.load_model(tmp_path / "tv.pth")  # torchvision weights do not store heads
     with pytest.raises(CheckpointError, match="pass num_classes=N as well"):
-        vitkit.load_model(tmp_path / "tv.pth", pre_logits=False, num_heads=2)
-    model = vitkit.load_model(tmp_path / "tv.pth", pre_logits=False, num_classes=3, num_heads=2)
-    assert model.cfg.pre_logits == 0 and model.head.weight.shape == (3, 32)
+        vitkit.load_model(tmp_path / "tv.pth", keep_pre_logits=False, num_heads=2)
+    model = vitkit.load_model(tmp_path / "tv.pth", keep_pre_logits=False, num_classes=3,
+                              num_heads=2)
+    assert model.cfg.representation_size == 0 and model.head.weight.shape == (3, 32)

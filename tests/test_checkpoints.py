@@ -121,9 +121,9 @@ def test_hf_vit_model_pooler_kept_or_dropped(tmp_path, x224):
     with torch.no_grad():
         out = peer(x224)
     kept = vitkit.load_model(tmp_path / "hf")
-    assert kept.cfg.pre_logits == 192 and kept.num_classes == 0
+    assert kept.cfg.representation_size == 192 and kept.num_classes == 0
     assert max_diff(logits(kept, x224), out.pooler_output) < TOL
-    dropped = vitkit.load_model(tmp_path / "hf", pre_logits=False)
+    dropped = vitkit.load_model(tmp_path / "hf", keep_pre_logits=False)
     assert max_diff(logits(dropped, x224), out.last_hidden_state[:, 0]) < TOL
 
 
@@ -147,7 +147,7 @@ def test_torchvision_vit_b_16_builder_and_prelogits(tmp_path, x224):
                                                         num_classes=7, representation_size=100))
     torch.save(peer.state_dict(), tmp_path / "pre.pth")
     model = vitkit.load_model(tmp_path / "pre.pth")
-    assert model.cfg.pre_logits == 100
+    assert model.cfg.representation_size == 100
     assert max_diff(logits(model, x224), logits(peer, x224)) < TOL
 
 
@@ -222,10 +222,10 @@ def _export_allowing_no_embed_class(model):
 
 
 def test_jax_pre_logits_round_trip(tmp_path):
-    source = perturb(vitkit.create_model("vit_tiny_patch16_224", pre_logits=192, depth=2))
+    source = perturb(vitkit.create_model("vit_tiny_patch16_224", representation_size=192, depth=2))
     np.savez(tmp_path / "vit.npz", **jax_format.from_vitkit(source))
     model = vitkit.load_model(tmp_path / "vit.npz")
-    assert model.cfg.pre_logits == 192
+    assert model.cfg.representation_size == 192
     x = torch.randn(1, 3, 224, 224)
     assert max_diff(logits(model, x), logits(source, x)) == 0
 

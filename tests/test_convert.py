@@ -45,7 +45,7 @@ def test_vitkit_format_rebuilds_from_one_file(tiny, tmp_path, x224):
 
 @pytest.mark.parametrize(
     "kw", [dict(pool="avg", fc_norm=True), dict(num_reg_tokens=2, no_embed_class=True),
-           dict(distilled=True), dict(pre_logits=64, img_size=(224, 160))],
+           dict(distilled=True), dict(representation_size=64, img_size=(224, 160))],
     ids=["gap", "registers", "distilled", "pre-logits-rect"],
 )
 def test_vitkit_format_keeps_every_architecture_option(kw, tmp_path):

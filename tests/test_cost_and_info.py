@@ -41,7 +41,7 @@ def test_readout_only_flops_equal_torch_flop_counter(overrides, fused):
 
     model = VisionTransformer(img_size=32, patch_size=4, embed_dim=48, depth=3, num_heads=4,
                               mlp_dim=96, num_classes=7, **overrides).eval()
-    model.fused_inference = fused
+    model.inplace_inference = fused
     with FlopCounterMode(display=False) as counter, torch.no_grad(), \
             sdpa_kernel(SDPBackend.MATH):
         model(torch.randn(2, 3, 32, 32))

@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 
 from vitkit.data import cluttered_digits, digits_split
-from vitkit.data.images import load_image
+from vitkit.data.images import load_image, resize_and_crop
 
 
 def test_cluttered_digits_are_deterministic_and_boxed():
@@ -40,17 +40,39 @@ def test_train_and_val_use_disjoint_source_digits():
 
 @pytest.mark.parametrize("mode", ["L", "P", "RGBA", "CMYK", "I;16", "LA", "1"])
 def test_any_image_mode_becomes_rgb(tmp_path, mode):
+    """Each mode gives the RGB picture it stands for: colour modes their colours, grey modes
+    equal channels, 16-bit grey scaled onto 0..255 (not clipped), transparency composited on
+    white. Compared after the same resize and crop, with the normalised tensor to match."""
     rng = np.random.default_rng(0)
     rgb = Image.fromarray(rng.integers(0, 255, (40, 60, 3), dtype=np.uint8))
     if mode == "I;16":
-        img = Image.fromarray(rng.integers(0, 65535, (40, 60), dtype=np.uint16))
+        grey16 = rng.integers(0, 65535, (40, 60), dtype=np.uint16)
+        img = Image.fromarray(grey16)
+        pixels = np.repeat((grey16 / 65535 * 255).astype(np.uint8)[..., None], 3, axis=-1)
     else:
         img = rgb.convert(mode)
+        grey = np.asarray(img.convert("L"))
+        pixels = np.asarray(rgb) if mode in ("P", "RGBA", "CMYK") else \
+            np.repeat(grey[..., None], 3, axis=-1)
+    if mode in ("RGBA", "LA"):  # the left third transparent: white once composited
+        alpha = np.full((40, 60), 255, np.uint8)
+        alpha[:, :20] = 0
+        img.putalpha(Image.fromarray(alpha))
+        pixels = pixels.copy()
+        pixels[:, :20] = 255
     path = tmp_path / f"img_{mode.replace(';', '')}.{'png' if mode != 'CMYK' else 'tiff'}"
     img.save(path)
     tensor, picture = load_image(path, (32, 32))
     assert tensor.shape == (3, 32, 32) and picture.shape == (32, 32, 3)
-    assert 0 <= picture.min() and picture.max() <= 1 and np.isfinite(picture).all()
+    expected = np.asarray(resize_and_crop(Image.fromarray(pixels), (32, 32))) / 255
+    error = np.abs(picture - expected)
+    if mode == "P":  # a 256-colour palette (dithered) approximates the colours
+        assert error.mean() < 0.06
+    else:
+        assert error.max() < 1e-6
+    if mode not in ("P", "RGBA", "CMYK"):
+        assert (picture == picture[..., :1]).all()
+    torch.testing.assert_close(tensor, torch.from_numpy(picture).permute(2, 0, 1) * 2 - 1)
 
 
 def test_unreadable_image_names_the_file(tmp_path):

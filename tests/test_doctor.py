@@ -10,8 +10,9 @@ import torch
 
 import vitkit
 from vitkit.cli import main
-from vitkit.diagnose import diagnose, maps, runs, weights
+from vitkit.diagnose import diagnose, maps, runs, start_of_run, weights
 from vitkit.explain import stats
+from vitkit.recipe import plan_run
 from vitkit.train import resolve, train
 
 
@@ -178,11 +179,9 @@ def test_an_overfitting_run_and_loss_spikes_are_warnings(tmp_path):
 
 
 def test_train_says_the_small_data_and_recipe_warnings_at_its_start(tmp_path):
-    from vitkit.diagnose import start_of_run
-
     cfg = resolve(dict(model="vit_nano_patch4_32", warmup_epochs=0, weight_decay=0.5,
                        randaugment=9, mixup=0.8, epochs=5, lr=2.0)).to_dict()
-    found = start_of_run(cfg, train_images=1000, classes=10)
+    found = start_of_run(cfg, plan_run(cfg, 1000, 10))
     text = " | ".join(f.summary for f in found if f.level == "warning")
     for words in ("from scratch on 1,000 images", "no learning-rate warmup",
                   "AdamW at lr 0.25 from scratch",
@@ -191,16 +190,52 @@ def test_train_says_the_small_data_and_recipe_warnings_at_its_start(tmp_path):
 
 
 def test_a_warmup_in_steps_or_a_ratio_counts_as_warmup():
-    from vitkit.diagnose import start_of_run
-
     def warns(**warmup):
         cfg = {**resolve(dict(model="vit_nano_patch4_32", steps=150)).to_dict(),
                "warmup_epochs": 0, **warmup}
         return any("no learning-rate warmup" in f.summary
-                   for f in start_of_run(cfg, train_images=1000, classes=10))
+                   for f in start_of_run(cfg, plan_run(cfg, 1000, 10)))
 
     assert warns() and warns(warmup_steps=0)
     assert not warns(warmup_steps=15) and not warns(warmup_ratio=0.1)
+
+
+def _too_hot(cfg: dict, plan) -> bool:
+    return any("from scratch" in f.summary and "AdamW at lr" in f.summary
+               for f in start_of_run(cfg, plan))
+
+
+@pytest.mark.parametrize("scale", [dict(accum_steps=8), dict(world=8)])
+def test_the_doctor_judges_the_learning_rate_the_trainer_uses(scale):
+    """lr 2e-2 per 512 images at a batch of 64 is 2.5e-3 on one process, but 2e-2 (above the
+    1e-2 limit) with 8 accumulation steps or on 8 processes: the doctor must see the real
+    rate, as the trainer resolves it (the doctor once left out accumulation and processes)."""
+    world = scale.pop("world", 1)
+    cfg = resolve(dict(model="vit_nano_patch4_32", lr=2e-2, batch_size=64, epochs=5,
+                       **scale)).to_dict()
+    plan = plan_run(cfg, 20000, 10, world)
+    assert plan.global_batch == 512 and plan.lr == pytest.approx(2e-2)
+    assert _too_hot(cfg, plan)
+    single = plan_run({**cfg, "accum_steps": 1}, 20000, 10, 1)
+    assert single.lr == pytest.approx(2.5e-3) and not _too_hot(cfg, single)
+
+
+def test_a_run_folder_is_judged_by_the_trainers_own_numbers(tmp_path):
+    """`vitkit train` writes run.json (its RunPlan); the doctor's learning rate and schedule of
+    the folder are those numbers, with accumulation, and with processes it cannot see in the
+    config."""
+    result = train(resolve(dict(data="digits", img_size=16, model="vit_nano_patch4_32", steps=2,
+                                batch_size=32, accum_steps=2, lr=4e-3, out=str(tmp_path),
+                                name="accum")), progress=False)
+    written = json.loads((result.run_dir / "run.json").read_text())
+    assert written["global_batch"] == 64 and written["lr"] == pytest.approx(4e-3 * 64 / 512)
+    run = runs.read_run(result.run_dir)
+    assert run.effective_lr == pytest.approx(written["lr"])
+    assert f"lr {written['lr']:.3g}" in (result.run_dir / "train.log").read_text()
+    # the same folder as if trained on 4 processes: only run.json can tell
+    (result.run_dir / "run.json").write_text(json.dumps(
+        {**written, "world": 4, "global_batch": 256, "lr": 4e-3 * 256 / 512}))
+    assert runs.read_run(result.run_dir).effective_lr == pytest.approx(2e-3)
 
 
 @pytest.mark.parametrize("options,words", [
@@ -208,12 +243,10 @@ def test_a_warmup_in_steps_or_a_ratio_counts_as_warmup():
     (dict(epochs=4, warmup_epochs=5), "a warmup of 75 steps in a run of 60"),  # 15 steps an epoch
 ])
 def test_a_warmup_as_long_as_the_run_is_flagged(options, words):
-    from vitkit.diagnose import start_of_run
-
     for warm, flagged in ((options, True), ({**options, "warmup_steps": 1,
                                              "warmup_epochs": 0.1}, False)):
         cfg = resolve(dict(model="vit_nano_patch4_32", **warm)).to_dict()
-        text = [f.summary for f in start_of_run(cfg, train_images=1000, classes=10)]
+        text = [f.summary for f in start_of_run(cfg, plan_run(cfg, 1000, 10))]
         assert any(words in t for t in text) == flagged, text
 
 

@@ -256,7 +256,7 @@ def test_a_checkpoint_without_a_head_shows_attention_and_refuses_classes():
     explorer = Explorer(model_of(num_classes=0))
     client = client_for(explorer)
     info = client.get("/api/model").json()
-    assert info["has_head"] is False and info["classes"] == []
+    assert info["has_classifier"] is False and info["classes"] == []
     assert set(info["unavailable"]) >= {"chefer", "gradcam", "grad-rollout"}
     v = upload(client)
     assert v["top"] == [] and decode(v["heads"]).shape == (3, 4, 8, 8)

@@ -370,8 +370,26 @@ def test_every_applicable_method_and_the_metrics_work_for_each_family(kw):
     methods = applicable(model.cfg)
     assert ("cls" in methods) == ("class_token" not in kw)
     assert ("map" in methods) == (kw.get("pool") == "map")
+    with torch.no_grad():
+        logits = model(x)
     for method in methods:
         out = explain.explain_map(model, x, method)
         assert out.map.shape == (2, 8, 8) and torch.isfinite(out.map).all(), method
+        torch.testing.assert_close(out.logits, logits, atol=1e-5, rtol=0, msg=method)
+        assert torch.equal(out.target, logits.argmax(-1)), method
+        # a map that ranks the patches: not constant (nor all zero) within an image, and each
+        # image its own (no map copied across the batch)
+        spread = out.map.flatten(1).amax(1) - out.map.flatten(1).amin(1)
+        assert (spread > 1e-3 * out.map.abs().amax()).all(), method
+        assert not torch.allclose(out.map[0], out.map[1]), method
+    # the curves are the model's own probabilities: deletion starts from the image and ends at
+    # the baseline (zeros), insertion ends at the image; both are probabilities
     curves = metrics.deletion_insertion(model, x, out.map, out.target)
-    assert curves.deletion.shape[0] == 2 and torch.isfinite(curves.deletion_auc).all()
+    with torch.no_grad():
+        p_image = model(x).softmax(-1).gather(1, out.target[:, None])[:, 0]
+        p_zeros = model(torch.zeros_like(x)).softmax(-1).gather(1, out.target[:, None])[:, 0]
+    torch.testing.assert_close(curves.deletion[:, 0], p_image, atol=1e-5, rtol=0)
+    torch.testing.assert_close(curves.deletion[:, -1], p_zeros, atol=1e-5, rtol=0)
+    torch.testing.assert_close(curves.insertion[:, -1], p_image, atol=1e-5, rtol=0)
+    assert ((curves.deletion >= 0) & (curves.deletion <= 1)).all()
+    assert ((0 <= curves.deletion_auc) & (curves.deletion_auc <= 1)).all()

@@ -266,11 +266,11 @@ def test_the_real_fashion_mnist(tmp_path):
 
 def test_the_demo_explains_in_memory_images(tmp_path, monkeypatch, no_debian):
     import vitkit
-    from vitkit.commands.demo import DemoOptions, _examples
+    from vitkit.train.demo import DemoOptions, examples
 
     made = _dataset(tmp_path / "data" / "fashion-mnist", side=28)
     monkeypatch.chdir(tmp_path)  # the demo reads ./data
     vit = vitkit.create_model("vit_nano_patch4_32", num_classes=10)
-    x, pictures, boxes, labels = _examples(DemoOptions(data="fashion-mnist", images=3), vit)
+    x, pictures, boxes, labels = examples(DemoOptions(data="fashion-mnist", num_images=3), vit)
     assert x.shape == (3, 3, 32, 32) and boxes is None
     assert labels.tolist() == made["val"][1][:3].tolist() and pictures[0].shape == (32, 32, 3)

@@ -34,12 +34,12 @@ def both_paths(model, x, **kw):
     """(fused float32, standard float32, standard float64) outputs of the same model."""
     with torch.no_grad():
         fused = model(x, **kw)
-        model.fused_inference = False
+        model.inplace_inference = False
         try:
             standard = model(x, **kw)
             exact = model.double()(x.double(), **kw)
         finally:
-            model.float().fused_inference = True
+            model.float().inplace_inference = True
     return fused, standard, exact
 
 
@@ -103,9 +103,9 @@ def test_standard_path_is_taken_where_fusing_would_change_behaviour():
         model.train()
         assert not inference.applies(model, x)  # dropout, stochastic depth
         model.eval()
-        model.fused_inference = False
+        model.inplace_inference = False
         assert not inference.applies(model, x)
-        model.fused_inference = True
+        model.inplace_inference = True
         with torch.autocast("cpu", dtype=torch.bfloat16):
             assert not inference.applies(model, x)  # autocast picks dtypes per op
     assert not inference.applies(model, x)  # autograd on

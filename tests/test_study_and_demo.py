@@ -14,14 +14,16 @@ from PIL import Image
 
 import vitkit
 from vitkit.cli import main
-from vitkit.commands import study
+from vitkit.recipe import study_warmup
+from vitkit.train import study, study_report
 from vitkit.train import study as engine
 
 
 def test_crossover_interpolates_in_log_size():
-    assert study.crossover([10, 100], [0.2, 0.6], [0.4, 0.4]) == pytest.approx(10 ** 1.5)
-    assert study.crossover([10, 100, 1000], [0.5, 0.6, 0.7], [0.4, 0.5, 0.6]) is None  # above
-    assert study.crossover([10, 100], [0.1, 0.2], [0.4, 0.5]) is None  # never
+    assert study_report.crossover([10, 100], [0.2, 0.6], [0.4, 0.4]) == pytest.approx(10 ** 1.5)
+    above = study_report.crossover([10, 100, 1000], [0.5, 0.6, 0.7], [0.4, 0.5, 0.6])
+    assert above is None
+    assert study_report.crossover([10, 100], [0.1, 0.2], [0.4, 0.5]) is None  # never
 
 
 # narrow CNNs keep it fast; the default ResNet-18 is the same code path at a larger width
@@ -47,10 +49,10 @@ def test_every_arm_runs_and_csv_markdown_and_plot_agree(tiny_study):
     assert arms == {"cnn", "cnn-small", "vit", "vit-deit", "vit-distilled", "vit-pretrained",
                     "cnn-pretrained", "source-vit", "source-cnn", "sweep-light", "sweep-heavy",
                     "res-low", "res-2x", "res-naive"}
-    point = [r for r in rows if r["arm"] in study.SCRATCH + study.PRETRAINED]
+    point = [r for r in rows if r["arm"] in study_report.SCRATCH + study_report.PRETRAINED]
     assert len(point) == 2 * 7  # seeds x arms
     md = (out / "study.md").read_text()
-    table = study.summarise([{**r, "images": int(r["images"]), "top1": float(r["top1"])}
+    table = study_report.summarise([{**r, "images": int(r["images"]), "top1": float(r["top1"])}
                              for r in point])
     for arm, per in table.items():
         name = study.arm_label(arm, LABELS)
@@ -71,7 +73,7 @@ def test_every_arm_runs_and_csv_markdown_and_plot_agree(tiny_study):
 def test_the_budget_rule_in_the_plan_is_what_ran(tiny_study):
     out, rows = tiny_study
     for r in rows:
-        if r["arm"] in study.SCRATCH:
+        if r["arm"] in study_report.SCRATCH:
             cfg = yaml.safe_load((out / f"{r['arm']}-f{float(r['fraction']):g}-s{r['seed']}"
                                   / "config.yaml").read_text())
             want = max(2, math.ceil(1 * int(r["images"]) / 32))
@@ -171,6 +173,9 @@ def test_tiny_patch_study(tmp_path):
                  "--batch-size", "32", "--out", str(out)]) == 0
     md = (out / "patch_study.md").read_text()
     assert "| 4 | 16 | 17 |" in md and "| 8 | 16 | 5 |" in md  # tokens = 1 + (16/P)^2
+    # the patch study's runs warm up as the data study's do (one rule: vitkit.recipe)
+    cfg = yaml.safe_load((out / "patch4-img16" / "config.yaml").read_text())
+    assert cfg["warmup_steps"] == study_warmup(2) == 1 and cfg["warmup_epochs"] == 0
     with Image.open(out / "patch_study.png") as img:
         img.load()
 

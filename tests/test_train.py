@@ -1,6 +1,7 @@
 """`vitkit train`: recipes, configs, distillation, fine-tuning, bad data, and runs that survive
 a SIGKILL or run on two processes with exactly the same result."""
 
+import math
 import os
 import signal
 import subprocess
@@ -13,11 +14,13 @@ import timm
 import torch
 import torch.nn.functional as F
 import yaml
+from conftest import small_vit
 from PIL import Image
 from safetensors.torch import load_file
 
 import vitkit
 from vitkit.data.datasets import DataError, load_split
+from vitkit.data.transforms import eval_transform
 from vitkit.train.config import resolve
 from vitkit.train.distill import distillation_loss
 from vitkit.train.trainer import NonFiniteLoss, epoch_batches, train
@@ -66,10 +69,32 @@ def test_precedence_recipe_then_yaml_then_flags(tmp_path):
         resolve({"recipe": "fast"})
 
 
+def _colours(root, n):
+    """Three classes told apart by their colour (red, green, blue over dim noise), which
+    survives every augmentation of the DeiT recipe."""
+    rng = np.random.default_rng(0)
+    for c, name in enumerate(["red", "green", "blue"]):
+        (root / name).mkdir(parents=True)
+        for i in range(n):
+            pixels = rng.integers(0, 96, (16, 16, 3), dtype=np.uint8)
+            pixels[..., c] = rng.integers(160, 256, (16, 16), dtype=np.uint8)
+            Image.fromarray(pixels).save(root / name / f"{i}.png")
+
+
 def test_deit_recipe_trains_with_every_augmentation(tmp_path):
-    r = run(tmp_path, "deit", recipe="deit", warmup_epochs=0.5, clip_grad=1.0, accum_steps=2,
-            batch_size=32)
-    assert np.isfinite(r.history[-1]["train_loss"])
+    """RandAugment, MixUp/CutMix, erasing, label smoothing, stochastic depth, accumulation and
+    clipping all on, on a task they leave learnable: the loss falls, and validation ends far
+    below chance (ln 3). A pipeline that mixes images and labels apart, or never steps, fails."""
+    _colours(tmp_path / "rgb", n=48)
+    r = run(tmp_path, "deit", recipe="deit", data=f"imagefolder:{tmp_path / 'rgb'}", epochs=2,
+            lr=1e-2, warmup_epochs=0.5, clip_grad=1.0, accum_steps=2, batch_size=16)
+    cfg = yaml.safe_load((r.run_dir / "config.yaml").read_text())
+    assert (cfg["randaugment"], cfg["mixup"], cfg["cutmix"], cfg["random_erasing"],
+            cfg["crop_scale"], cfg["label_smoothing"]) == (9, 0.8, 1.0, 0.25, 0.08, 0.1)
+    first, last = r.history[0], r.history[-1]
+    assert last["train_loss"] < first["train_loss"] - 0.05, r.history
+    assert last["val_loss"] < 0.5 * math.log(3), r.history
+    assert last["val_top1"] >= 0.9, r.history
 
 
 def test_learns_digits(tmp_path):
@@ -115,6 +140,53 @@ def test_distillation_loss_formulas():
     torch.testing.assert_close(soft, 0.5 * F.cross_entropy(cls, y) + 0.5 * kl)
 
 
+def test_the_teachers_logits_steer_the_students_gradient():
+    """Two teachers, two gradients: the distillation head's gradient is set by the teacher
+    (toward its argmax for hard labels, its tempered softmax for soft ones), the [CLS] head's
+    by the labels only. A loss that ignored the teacher would give one gradient for both."""
+    g = torch.Generator().manual_seed(0)
+    cls, dist, teacher = torch.randn(3, 4, 5, generator=g).unbind(0)
+    other = teacher.roll(1, dims=1)  # every image's top class moves
+    y = torch.tensor([0, 1, 2, 3])
+    alpha, tau = 0.3, 2.0
+
+    def grads(kind, t, **kw):
+        c, d = cls.clone().requires_grad_(True), dist.clone().requires_grad_(True)
+        distillation_loss(c, d, y, t, kind, alpha=alpha, **kw).backward()
+        return c.grad, d.grad
+
+    for t in (teacher, other):
+        c, d = grads("hard", t)
+        torch.testing.assert_close(c, (1 - alpha) * (F.softmax(cls, -1) - F.one_hot(y, 5)) / 4)
+        torch.testing.assert_close(d, alpha * (F.softmax(dist, -1) - F.one_hot(t.argmax(-1), 5))
+                                   / 4)
+        _, d = grads("soft", t, tau=tau)
+        torch.testing.assert_close(d, alpha * tau * (F.softmax(dist / tau, -1)
+                                                     - F.softmax(t / tau, -1)) / dist.numel())
+    for kind in ("hard", "soft"):
+        (c1, d1), (c2, d2) = grads(kind, teacher), grads(kind, other)
+        assert torch.equal(c1, c2) and (d1 - d2).abs().max() > 0.2 * d1.abs().max(), kind
+    # hard labels are the teacher's argmax and nothing else
+    assert torch.equal(grads("hard", teacher * 3 + 1)[1], grads("hard", teacher)[1])
+
+    # through a distilled ViT: the teacher reaches every weight under the distillation token's
+    # path (the blocks, the distillation head), never the [CLS] head
+    student = small_vit(scale=0.1, distilled=True)
+    x = torch.randn(4, 3, 32, 32, generator=g)
+    logits = torch.randn(2, 4, 7, generator=g)
+
+    def weight_grads(t):
+        student.zero_grad()
+        c, d = student(x, distill_heads=True)
+        distillation_loss(c, d, y, t, "soft", tau=tau).backward()
+        return {n: p.grad.clone() for n, p in student.named_parameters()}
+
+    a, b = weight_grads(logits[0]), weight_grads(logits[1])
+    assert torch.equal(a["head.weight"], b["head.weight"])
+    for name in ("head_dist.weight", "dist_token", "blocks.0.attn.qkv.weight"):
+        assert not torch.allclose(a[name], b[name], atol=1e-6), name
+
+
 @pytest.fixture(scope="module")
 def cnn_teacher(tmp_path_factory):
     """`vitkit train --model resnet18` on the same data: the teacher."""
@@ -127,11 +199,34 @@ def test_cnn_checkpoint_loads_as_a_cnn(cnn_teacher):
     assert teacher.cfg.arch == "resnet18" and teacher(torch.randn(2, 3, 16, 16)).shape == (2, 10)
 
 
+def _val_images(model, size=16):
+    """The digits validation images as ``model`` takes them (its mean and std)."""
+    split = load_split("digits", "val", size)
+    preprocess = eval_transform(size, model.cfg.extra["mean"], model.cfg.extra["std"])
+    return torch.stack([preprocess(split[i][0]) for i in range(len(split))])
+
+
 @pytest.mark.parametrize("kind", ["hard", "soft"])
 def test_distil_from_a_cnn_teacher(tmp_path, kind, cnn_teacher):
-    student = run(tmp_path, f"student-{kind}", distill=kind, teacher=str(cnn_teacher))
-    model = vitkit.load_model(student.run_dir / "last.safetensors")
+    """The student learns from its teacher, not only from the labels: the ResNet-18 teacher
+    with its class-3 logit raised says "3" for (almost) every image, and after one epoch the
+    student's distillation head says "3" too, while its [CLS] head, taught by the labels,
+    does not. A trainer that dropped the teacher's logits would leave the two heads alike."""
+    teacher = vitkit.load_model(cnn_teacher)
+    with torch.no_grad():
+        teacher.net.fc.bias[3] += 8.0
+    biased = tmp_path / "says-3.safetensors"
+    vitkit.save_model(teacher, biased)
+    x = _val_images(teacher)
+    with torch.no_grad():
+        assert (teacher(x).argmax(1) == 3).float().mean() > 0.95
+    student = run(tmp_path, f"student-{kind}", distill=kind, teacher=str(biased))
+    model = vitkit.load_model(student.run_dir / "last.safetensors").eval()
     assert model.cfg.distilled and model.num_prefix_tokens == 2
+    with torch.no_grad():
+        cls_logits, dist_logits = model(x, distill_heads=True)
+    assert (dist_logits.argmax(1) == 3).float().mean() > 0.9
+    assert (cls_logits.argmax(1) == 3).float().mean() < 0.5
 
 
 def test_finetune_from_a_timm_checkpoint_with_new_classes_and_size(tmp_path):
@@ -141,6 +236,14 @@ def test_finetune_from_a_timm_checkpoint_with_new_classes_and_size(tmp_path):
             layer_decay=0.75)
     model = vitkit.load_model(r.run_dir / "last.safetensors")
     assert model.num_classes == 10 and model.grid_size == (4, 4)
+    # it started from timm's weights: one epoch at the fine-tuning lr (1.25e-5 a step) leaves
+    # them within 2e-3, where a fresh initialisation would be ~0.1 away; the position table is
+    # timm's 8x8 resampled to 4x4
+    ours, theirs = model.state_dict(), peer.state_dict()
+    for k in ("patch_embed.proj.weight", "blocks.0.attn.qkv.weight", "blocks.1.mlp.fc2.weight"):
+        assert (ours[k] - theirs[k]).abs().max() < 2e-3, k
+    table = vitkit.interpolate_pos_embed(theirs["pos_embed"], (8, 8), (4, 4))
+    assert (ours["pos_embed"] - table).abs().max() < 2e-3
 
 
 def test_epoch_batches_split_one_global_batch_across_processes():

@@ -191,9 +191,24 @@ def test_grad_checkpointing_gives_identical_gradients():
         torch.testing.assert_close(checkpointed[name], plain[name], atol=1e-6, rtol=0)
 
 
-def test_num_classes_zero_returns_features():
-    model = small(num_classes=0)
-    assert model(images(model)).shape == (2, 48)
+@pytest.mark.parametrize("overrides", [{}, dict(pool="avg", class_token=False, fc_norm=True)],
+                         ids=["cls", "avg-fc-norm"])
+def test_num_classes_zero_returns_features(overrides):
+    """Without a head the model returns the pooled vector the head would have read: the
+    normed [CLS] token, or the fc-normed mean of the patch tokens (as timm's pre-logits)."""
+    model = small_vit(scale=0.1, num_classes=0, **overrides)
+    x = images(model)
+    with torch.no_grad():
+        features = model(x)
+        tokens = model.forward_features(x)
+    assert features.shape == (2, 48)
+    pooled = tokens[:, 0] if model.cfg.pool == "cls" else model.fc_norm(tokens.mean(1))
+    torch.testing.assert_close(features, pooled, atol=1e-6, rtol=0)
+    twin = _timm_twin(model)
+    with torch.no_grad():
+        torch.testing.assert_close(features, twin.forward_head(twin.forward_features(x),
+                                                               pre_logits=True),
+                                   atol=1e-5, rtol=0)
 
 
 def test_stochastic_depth_rises_linearly_and_is_off_in_eval():

@@ -82,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         err = MISSING[argv[0]]
         extra = "web" if err.name in WEB_MODULES else "train,viz"
         print(f"vitkit {argv[0]}: error: this command needs {err.name}, which is not "
-              f"installed; install the extras with: pip install 'vitkit[{extra}]'",
-              file=sys.stderr)
+              f"installed; install the extras from vitkit's folder with: "
+              f"pip install '.[{extra}]'", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
     setup_logging()

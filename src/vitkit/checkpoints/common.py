@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 
 from vitkit.errors import CheckpointError
-from vitkit.models.pos_embed import to_grid
+from vitkit.models.cnn import is_cnn
+from vitkit.models.pos_embed import as_pair
 from vitkit.models.registry import VARIANTS
 
 StateDict = dict[str, torch.Tensor]
@@ -37,10 +38,12 @@ def refuse(fmt: str, problems: list[str], advice: str = "") -> None:
 
 def full_state(model) -> StateDict:
     """The model's state dict with a zero head bias where the model has none (CLIP's
-    projection): layouts whose head always has a bias hold it exactly that way."""
+    projection), on DeiT's distillation head too: layouts whose heads always have a bias hold
+    them exactly that way."""
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-    if "head.weight" in state and "head.bias" not in state:
-        state["head.bias"] = torch.zeros(state["head.weight"].shape[0])
+    for head in ("head", "head_dist"):
+        if f"{head}.weight" in state and f"{head}.bias" not in state:
+            state[f"{head}.bias"] = torch.zeros(state[f"{head}.weight"].shape[0])
     return state
 
 
@@ -58,7 +61,7 @@ def new_options_refusal(cfg) -> list[str]:
 
 def cnn_refusal(cfg) -> list[str]:
     """[reason] when ``cfg`` is a CNN's (ViT layouts cannot hold one), else []."""
-    if getattr(cfg, "family", "vit") == "cnn":
+    if is_cnn(cfg):
         return [f"is a CNN ({cfg.arch}); a CNN can be written as vitkit (.safetensors) only"]
     return []
 
@@ -93,7 +96,7 @@ def infer_grid(rows: int, prefix: int, img_size=None, patch_size: int | None = N
     (with ``patch_size``) says otherwise.
     """
     if img_size is not None and patch_size:
-        h, w = to_grid(img_size)
+        h, w = as_pair(img_size)
         grid = (h // patch_size, w // patch_size)
         n = grid[0] * grid[1]
         if rows in (n, n + prefix):

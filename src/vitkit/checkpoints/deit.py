@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from vitkit.checkpoints import timm
 from vitkit.checkpoints.common import Checkpoint, StateDict
+from vitkit.data.images import IMAGENET_MEAN, IMAGENET_STD
 
 NAME = "deit"
 LABEL = "DeiT (timm keys with dist_token, inside {\"model\": ...})"
-IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 
 def detect(ckpt: Checkpoint) -> bool:
@@ -18,6 +18,6 @@ def detect(ckpt: Checkpoint) -> bool:
 
 def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
     state, kwargs, extra = timm.to_vitkit(state, config, notes)
-    extra.setdefault("mean", IMAGENET_MEAN)  # DeiT trains with ImageNet statistics
-    extra.setdefault("std", IMAGENET_STD)
+    extra.setdefault("mean", list(IMAGENET_MEAN))  # DeiT trains with ImageNet statistics
+    extra.setdefault("std", list(IMAGENET_STD))
     return state, kwargs, extra

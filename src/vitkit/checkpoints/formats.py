@@ -3,9 +3,19 @@
 Every format module defines ``NAME``, ``LABEL`` (how users recognise it),
 ``detect(ckpt) -> bool`` and ``to_vitkit(state, config, notes) -> (state, kwargs, extra)``.
 A format vitkit can also write adds ``refusals(cfg) -> list[str]`` (why a model does not fit
-the layout; empty when it does) and ``write(model, dst) -> Path``. Adding a format is one module
-plus one line in ``FORMATS``; the loader, ``export``, the CLI's ``--to`` choices and the
-"supported" text all come from this list.
+the layout; empty when it does), ``write(model, dst) -> Path``, and the options contract: every
+field of ``ViTConfig`` that is not in ``ViTConfig.NEUTRAL`` is in exactly one of
+
+- ``HOLDS``: the written file keeps it, whatever value ``refusals`` lets through (exactly, or as
+  an equivalent: a missing bias written as zeros);
+- ``REFUSES``: the layout cannot say it, and ``refusals`` refuses every value but the default;
+- ``UNSTORED`` (optional): the file does not store it and the reader must be told it
+  (``load_model(path, num_heads=...)``), as the layout's own library is told by its users.
+
+``RECORDS_SOURCE = False`` (vitkit's own format) keeps the file's ``extra`` as written instead
+of recording ``source_format``. Adding a format is one module plus one line in ``FORMATS``; the
+loader, ``export``, the CLI's ``--to`` choices and the "supported" text all come from this
+list, and tests/test_options_contract.py holds every writer to its declarations.
 """
 
 from __future__ import annotations

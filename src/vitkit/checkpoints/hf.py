@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from vitkit.checkpoints import hf_clip, hf_dinov2, hf_siglip
 from vitkit.checkpoints.common import (
     Checkpoint,
     CheckpointError,
@@ -22,11 +23,27 @@ from vitkit.checkpoints.common import (
     refuse,
     strip_prefix,
 )
+from vitkit.checkpoints.hf_common import act_of, interpolation, interpolation_of
 from vitkit.checkpoints.timm import depth_of
 from vitkit.checkpoints.writing import save_json, save_safetensors
+from vitkit.data.images import DEFAULT_MEAN, DEFAULT_STD
+from vitkit.models.cnn import is_cnn
 
 NAME = "hf"
 LABEL = "Hugging Face ViT folder (embeddings.patch_embeddings)"
+# The ViTConfig fields one of the Hugging Face classes holds (the others refuse them):
+# ViTModel / ViTForImageClassification the plain ViT, with a pooler as pre_logits; Dinov2Model
+# and Dinov2WithRegistersModel init_values, registers and a patch-only table; CLIP's tower
+# pre_norm, no patch bias, a head without bias and QuickGELU; SigLIP's no [CLS] and pool="map".
+# Square images only (a config.json has one image_size); a head bias vitkit lacks is written as
+# zeros. dynamic_img_size and pos_antialias go in config.json as vitkit's own entries.
+HOLDS = frozenset({
+    "img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads",
+    "mlp_dim", "pool", "class_token", "num_reg_tokens", "no_embed_class", "representation_size",
+    "qkv_bias", "init_values", "pre_norm", "patch_bias", "act", "head_bias", "norm_eps",
+    "dynamic_img_size", "pos_antialias",
+})
+REFUSES = frozenset({"distilled", "fc_norm"})  # no Hugging Face ViT class has either
 
 # vitkit name <- HF name, per block ("{i}") and outside the blocks.
 _BLOCK = {
@@ -48,22 +65,6 @@ _TOP = {
     "head.weight": "classifier.weight",
     "head.bias": "classifier.bias",
 }
-
-
-# Hugging Face's hidden_act names -> vitkit's act (gelu_new is the tanh approximation); every
-# Hugging Face layout (ViT, DINOv2, CLIP, SigLIP) reads and writes through these two tables
-ACTS = {"gelu": "gelu", "quick_gelu": "quick_gelu", "gelu_pytorch_tanh": "gelu_tanh",
-        "gelu_new": "gelu_tanh"}
-HF_ACT = {"gelu": "gelu", "quick_gelu": "quick_gelu", "gelu_tanh": "gelu_pytorch_tanh"}
-
-
-def act_of(config: dict) -> str:
-    """vitkit's ``act`` for a Hugging Face config's ``hidden_act``; an error for others."""
-    act = ACTS.get(config.get("hidden_act", "gelu"))
-    if act is None:
-        raise CheckpointError(f"hidden_act {config['hidden_act']!r} is not supported; vitkit "
-                              f"reads {', '.join(ACTS)}")
-    return act
 
 
 def detect(ckpt: Checkpoint) -> bool:
@@ -105,7 +106,9 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
         embed_dim=config["hidden_size"], depth=config["num_hidden_layers"],
         num_heads=config["num_attention_heads"], mlp_dim=config["intermediate_size"],
         qkv_bias=config.get("qkv_bias", True), norm_eps=config.get("layer_norm_eps", 1e-12),
-        pre_logits=out["pre_logits.fc.weight"].shape[0] if has_pooler else 0, act=act,
+        representation_size=out["pre_logits.fc.weight"].shape[0] if has_pooler else 0,
+        act=act,
+        **interpolation_of(config),
     )
     extra = {}
     labels = config.get("id2label") or {}
@@ -117,9 +120,7 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
 def _family(cfg):
     """The Hugging Face class module for the families (SigLIP, CLIP, DINOv2/DeiT-III-style
     LayerScale), or None for the classic ViT."""
-    from vitkit.checkpoints import hf_clip, hf_dinov2, hf_siglip
-
-    if getattr(cfg, "family", "vit") == "cnn":
+    if is_cnn(cfg):
         return None
     if cfg.pool == "map":
         return hf_siglip
@@ -144,7 +145,7 @@ def refusals(cfg) -> list[str]:
         (cfg.distilled, "is distilled (use --to timm for DeiT)"),
         (cfg.num_reg_tokens > 0, "has register tokens"),
         (cfg.no_embed_class, "has no position row for [CLS]"),
-        (cfg.pre_logits and cfg.num_classes, "has both a pre-logits layer and a head"),
+        (cfg.representation_size and cfg.num_classes, "has both a pre-logits layer and a head"),
         (cfg.img_size[0] != cfg.img_size[1], "takes rectangular images"),
     ] if bad]
 
@@ -153,8 +154,6 @@ def preprocessor_config(cfg) -> dict:
     """``preprocessor_config.json`` for ``AutoImageProcessor``: vitkit's preprocessing (scale
     the short side to the input with bicubic resampling, centre-crop, mean/std of the
     checkpoint), which is what ``CLIPImageProcessor`` does."""
-    from vitkit.data.images import DEFAULT_MEAN, DEFAULT_STD
-
     side = cfg.img_size[0]
     return {
         "image_processor_type": "CLIPImageProcessor",
@@ -211,10 +210,10 @@ def from_vitkit(model) -> tuple[StateDict, dict]:
         "num_attention_heads": cfg.num_heads, "intermediate_size": cfg.mlp_dim,
         "hidden_act": "gelu", "layer_norm_eps": cfg.norm_eps, "image_size": cfg.img_size[0],
         "patch_size": cfg.patch_size, "num_channels": cfg.in_chans, "qkv_bias": cfg.qkv_bias,
-        "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+        "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, **interpolation(cfg),
     }
-    if cfg.pre_logits:
-        config.update(pooler_output_size=cfg.pre_logits, pooler_act="tanh")
+    if cfg.representation_size:
+        config.update(pooler_output_size=cfg.representation_size, pooler_act="tanh")
     if with_head:
         names = cfg.extra.get("class_names") or [f"LABEL_{i}" for i in range(cfg.num_classes)]
         config["id2label"] = {str(i): n for i, n in enumerate(names)}

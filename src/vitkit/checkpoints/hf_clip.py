@@ -10,8 +10,14 @@ from __future__ import annotations
 
 import torch
 
-from vitkit.checkpoints.common import Checkpoint, CheckpointError, StateDict, strip_prefix
-from vitkit.checkpoints.hf import HF_ACT, act_of
+from vitkit.checkpoints.common import (
+    Checkpoint,
+    CheckpointError,
+    StateDict,
+    cnn_refusal,
+    strip_prefix,
+)
+from vitkit.checkpoints.hf_common import HF_ACT, act_of, interpolation, interpolation_of
 from vitkit.checkpoints.timm import depth_of
 
 NAME = "hf-clip"
@@ -84,6 +90,7 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
         embed_dim=width, depth=depth, num_heads=cfg.get("num_attention_heads"),
         mlp_dim=out["blocks.0.mlp.fc1.weight"].shape[0], pre_norm=True, patch_bias=False,
         head_bias=False, act=act_of(cfg), norm_eps=cfg.get("layer_norm_eps", 1e-5),
+        **interpolation_of(cfg),
     )
     extra = {"mean": [0.48145466, 0.4578275, 0.40821073],  # CLIP's normalisation
              "std": [0.26862954, 0.26130258, 0.27577711]}
@@ -100,8 +107,7 @@ def tower_refusals(cfg) -> list[str]:
 
 def refusals(cfg) -> list[str]:
     """Why ``CLIPVisionModelWithProjection`` cannot hold this model."""
-    return [msg for bad, msg in [
-        (getattr(cfg, "family", "vit") == "cnn", "is a CNN"),
+    return cnn_refusal(cfg) or [msg for bad, msg in [
         (not cfg.pre_norm, "has no LayerNorm before the blocks (use the Hugging Face ViT "
                            "layout)"),
         (cfg.pool != "cls" or cfg.distilled or cfg.num_reg_tokens, "is not pooled by one "
@@ -111,6 +117,8 @@ def refusals(cfg) -> list[str]:
         (cfg.num_classes and cfg.head_bias, "has a head with a bias (CLIP's projection has "
                                             "none)"),
         (cfg.init_values is not None, "has LayerScale"),
+        (cfg.representation_size,
+         "has a pre-logits layer (CLIP projects the [CLS] token directly)"),
     ] if bad] + tower_refusals(cfg)
 
 
@@ -142,7 +150,7 @@ def tower_config(cfg) -> dict:
             "num_attention_heads": cfg.num_heads, "intermediate_size": cfg.mlp_dim,
             "image_size": cfg.img_size[0], "patch_size": cfg.patch_size,
             "num_channels": cfg.in_chans, "layer_norm_eps": cfg.norm_eps,
-            "hidden_act": HF_ACT[cfg.act]}
+            "hidden_act": HF_ACT[cfg.act], **interpolation(cfg)}
 
 
 def encoder_from_vitkit(s: StateDict, depth: int, prefix: str) -> StateDict:

@@ -10,9 +10,16 @@ from __future__ import annotations
 
 import torch
 
-from vitkit.checkpoints.common import Checkpoint, CheckpointError, StateDict, infer_grid
-from vitkit.checkpoints.hf import HF_ACT, act_of
+from vitkit.checkpoints.common import (
+    Checkpoint,
+    CheckpointError,
+    StateDict,
+    cnn_refusal,
+    infer_grid,
+)
+from vitkit.checkpoints.hf_common import HF_ACT, act_of, interpolation, interpolation_of
 from vitkit.checkpoints.timm import depth_of
+from vitkit.data.images import IMAGENET_MEAN, IMAGENET_STD
 
 NAME = "hf-dinov2"
 LABEL = "Hugging Face DINOv2 (encoder.layer.N.layer_scale1.lambda1)"
@@ -72,23 +79,26 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
         in_chans=out["patch_embed.proj.weight"].shape[1], num_classes=0,
         embed_dim=out["cls_token"].shape[-1], depth=depth,
         num_heads=config.get("num_attention_heads"),
-        mlp_dim=out["blocks.0.mlp.fc1.weight"].shape[0], init_values=1e-5,
+        mlp_dim=out["blocks.0.mlp.fc1.weight"].shape[0],
+        init_values=config.get("layerscale_value", 1e-5),  # the learned scales are loaded
         num_reg_tokens=regs.shape[1] if regs is not None else 0,
         no_embed_class=regs is not None, norm_eps=config.get("layer_norm_eps", 1e-6),
         act=act_of(config),
-        dynamic_img_size=True,  # interpolated to every input, bicubic, as Dinov2Model does
-        pos_antialias=regs is not None,  # Dinov2WithRegistersModel antialiases, Dinov2Model not
+        # interpolated to every input, bicubic, as Dinov2Model does; antialiased as
+        # Dinov2WithRegistersModel does (Dinov2Model not), unless vitkit wrote otherwise
+        **interpolation_of(config, dynamic=True, antialias=regs is not None),
     )
-    return out, kwargs, {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+    return out, kwargs, {"mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD)}
 
 
 def refusals(cfg) -> list[str]:
     """Why ``Dinov2Model`` / ``Dinov2WithRegistersModel`` cannot hold this model."""
-    return [msg for bad, msg in [
-        (getattr(cfg, "family", "vit") == "cnn", "is a CNN"),
+    return cnn_refusal(cfg) or [msg for bad, msg in [
         (cfg.init_values is None, "has no LayerScale (use the Hugging Face ViT layout)"),
         (cfg.pool != "cls" or cfg.distilled, "does not pool its [CLS] token alone"),
         (cfg.num_classes > 0, "has a head (Dinov2Model is a backbone: export num_classes=0)"),
+        (cfg.representation_size,
+         "has a pre-logits layer (Dinov2Model ends at its final LayerNorm)"),
         (cfg.num_reg_tokens and not cfg.no_embed_class, "has position rows for its registers"),
         (cfg.pre_norm or not cfg.patch_bias or cfg.act not in ("gelu", "gelu_tanh"),
          "has CLIP options (pre-norm, no patch bias, QuickGELU)"),
@@ -139,6 +149,7 @@ def from_vitkit(model) -> tuple[StateDict, dict]:
         "layerscale_value": cfg.init_values, "use_swiglu_ffn": False,
         "hidden_act": HF_ACT[cfg.act],
         "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+        **interpolation(cfg, dynamic=True, antialias=registers),
     }
     if registers:
         config["num_register_tokens"] = cfg.num_reg_tokens

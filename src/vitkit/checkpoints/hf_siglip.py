@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from vitkit.checkpoints.common import Checkpoint, StateDict
-from vitkit.checkpoints.hf import act_of
+from vitkit.checkpoints.common import Checkpoint, StateDict, cnn_refusal
 from vitkit.checkpoints.hf_clip import (
     encoder_from_vitkit,
     encoder_to_vitkit,
@@ -17,6 +16,7 @@ from vitkit.checkpoints.hf_clip import (
     vision_config,
     vision_part,
 )
+from vitkit.checkpoints.hf_common import act_of, interpolation_of
 
 NAME = "hf-siglip"
 LABEL = "Hugging Face SigLIP vision tower (embeddings.patch_embedding, head.probe)"
@@ -62,20 +62,21 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
         in_chans=out["patch_embed.proj.weight"].shape[1], num_classes=0, embed_dim=width,
         depth=depth, num_heads=cfg.get("num_attention_heads"),
         mlp_dim=out["blocks.0.mlp.fc1.weight"].shape[0], class_token=False, pool=pool,
-        act=act_of(cfg), norm_eps=cfg.get("layer_norm_eps", 1e-6),
+        act=act_of(cfg), norm_eps=cfg.get("layer_norm_eps", 1e-6), **interpolation_of(cfg),
     )
     return out, kwargs, {"mean": [0.5] * 3, "std": [0.5] * 3}
 
 
 def refusals(cfg) -> list[str]:
     """Why ``SiglipVisionModel`` cannot hold this model."""
-    return [msg for bad, msg in [
-        (getattr(cfg, "family", "vit") == "cnn", "is a CNN"),
+    return cnn_refusal(cfg) or [msg for bad, msg in [
         (cfg.pool != "map", "does not pool by attention (a MAP head)"),
         (cfg.class_token or cfg.num_reg_tokens, "has prefix tokens"),
         (cfg.num_classes > 0, "has a head (SiglipVisionModel ends at the MAP head)"),
         (cfg.init_values is not None or cfg.pre_norm or not cfg.patch_bias,
          "has LayerScale or CLIP options"),
+        (cfg.representation_size,
+         "has a pre-logits layer (SiglipVisionModel ends at the MAP head)"),
     ] if bad] + tower_refusals(cfg)
 
 

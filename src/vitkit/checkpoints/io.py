@@ -1,6 +1,8 @@
 """Read any supported checkpoint safely, build the model it describes, and write checkpoints.
 
-Only safe readers are used: safetensors, ``numpy.load(allow_pickle=False)`` and
+The layouts are those of :data:`~vitkit.checkpoints.formats.FORMATS` (``formats.supported()``
+lists them); the ones vitkit writes are :data:`~vitkit.checkpoints.formats.EXPORTS`. Only safe
+readers are used: safetensors, ``numpy.load(allow_pickle=False)`` and
 ``torch.load(weights_only=True)``; nothing in a checkpoint is ever executed. Every write goes
 to a temporary file in the destination folder and is renamed into place, so a crash never
 leaves a half-written checkpoint. What the loader adapts (a new head, an interpolated position
@@ -13,6 +15,7 @@ import json
 import logging
 import os
 import pickle
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -20,7 +23,7 @@ import numpy as np
 import safetensors
 import torch
 
-from vitkit.checkpoints import formats, hub, native
+from vitkit.checkpoints import formats, hub
 from vitkit.checkpoints.common import (
     Checkpoint,
     CheckpointError,
@@ -29,10 +32,10 @@ from vitkit.checkpoints.common import (
     strip_prefix,
 )
 from vitkit.checkpoints.formats import EXPORTS, FORMATS
-from vitkit.checkpoints.writing import atomic_write
-from vitkit.models.cnn import CNN, CNNConfig
-from vitkit.models.pos_embed import Grid, to_grid
+from vitkit.models.cnn import CNN, CNNConfig, is_cnn
+from vitkit.models.pos_embed import Pair, as_pair
 from vitkit.models.vit import VisionTransformer, ViTConfig
+from vitkit.util.files import atomic_write
 
 __all__ = ["EXPORTS", "FORMATS", "Checkpoint", "atomic_write", "convert", "detect_format",
            "export", "load_model", "load_state", "read_checkpoint", "save_model"]
@@ -182,7 +185,7 @@ def read_checkpoint(source: str | os.PathLike) -> Checkpoint:
 
 def detect_format(ckpt: Checkpoint) -> str:
     """The ``NAME`` of the first format in :data:`FORMATS` that recognises the keys and
-    files ('vitkit', 'deit', 'timm', 'hf', 'torchvision', 'jax', 'torchvision-resnet')."""
+    files (``[f.NAME for f in FORMATS]`` are the possible answers)."""
     for fmt in FORMATS:
         if fmt.detect(ckpt):
             return fmt.NAME
@@ -228,58 +231,60 @@ def load_state(model: VisionTransformer, state: StateDict, strict: bool = True,
     return missing, unexpected
 
 
-def _describe(ckpt: Checkpoint, fmt: str, notes: list[str], pre_logits: bool,
-              num_classes: int | None, num_heads: int | None):
-    """The vitkit state dict and config a checkpoint describes."""
-    if fmt == "vitkit":
-        if pre_logits is False and ckpt.vitkit_config.get("pre_logits"):
-            raise CheckpointError("pre_logits=False applies to foreign checkpoints; build a new "
-                                  "head with num_classes= on a vitkit model instead")
-        return dict(ckpt.state), dict(ckpt.vitkit_config)
+def _to_vitkit(ckpt: Checkpoint, fmt: str, notes: list[str], keep_pre_logits: bool,
+               num_classes: int | None, num_heads: int | None):
+    """The vitkit state dict and config keywords of a checkpoint in format ``fmt``."""
     module = formats.get(fmt)
-    config = ckpt.config
+    # the config that describes the weights: their own (in the metadata of files vitkit wrote)
+    # before a config.json beside them
+    config = ckpt.config if ckpt.vitkit_config is None else ckpt.vitkit_config
     state, kwargs, extra = module.to_vitkit(dict(ckpt.state), config, notes)
-    if num_heads is not None:
-        kwargs["num_heads"] = num_heads
-    elif kwargs.get("family") != "cnn" and kwargs.get("num_heads") is None:
-        # timm and torchvision weights do not store the number of heads
-        kwargs["num_heads"] = infer_num_heads(
-            kwargs["embed_dim"], kwargs["depth"], kwargs["mlp_dim"], notes)
-    if not pre_logits and kwargs.get("pre_logits"):
+    if not is_cnn(kwargs):  # a ResNet has no heads to say or infer
+        if num_heads is not None:
+            kwargs["num_heads"] = num_heads
+        elif kwargs.get("num_heads") is None:
+            # timm and torchvision weights do not store the number of heads
+            kwargs["num_heads"] = infer_num_heads(
+                kwargs["embed_dim"], kwargs["depth"], kwargs["mlp_dim"], notes)
+    if not keep_pre_logits and kwargs.get("representation_size"):
         if kwargs["num_classes"] and num_classes in (None, kwargs["num_classes"]):
             raise CheckpointError("the head sits on the pre-logits layer: dropping that layer "
                                   "needs a new head, so pass num_classes=N as well")
         state = {k: v for k, v in state.items()
                  if not k.startswith(("pre_logits.", "head."))}
-        kwargs.update(pre_logits=0, num_classes=0)
+        kwargs.update(representation_size=0, num_classes=0)
         notes.append("pre-logits layer dropped as asked")
     preprocessor = (config or {}).get("preprocessor") or {}
     for ours, theirs in (("mean", "image_mean"), ("std", "image_std")):
         if theirs in preprocessor:
             extra[ours] = list(preprocessor[theirs])
-    kwargs["extra"] = {**extra, "source_format": fmt}
+    if getattr(module, "RECORDS_SOURCE", True):
+        extra = {**extra, "source_format": fmt}
+    kwargs["extra"] = extra
     return state, kwargs
 
 
 def load_model(
     source: str | os.PathLike,
     num_classes: int | None = None,
-    img_size: Grid | None = None,
+    img_size: Pair | None = None,
     strict: bool = True,
     *,
-    pre_logits: bool = True,
+    keep_pre_logits: bool = True,
     num_heads: int | None = None,
     act: str | None = None,
     verbose: bool = True,
+    pre_logits: bool | None = None,
 ) -> VisionTransformer:
     """Build the ViT a checkpoint file or folder describes and load its weights.
 
-    The format (timm, DeiT, Hugging Face, torchvision, JAX .npz, vitkit) is detected from the
-    keys and files, and the architecture inferred from them and their config. ``num_classes``
-    different from the checkpoint's puts a fresh head on; ``img_size`` different from its
-    resolution interpolates the position table; each is said in one line on stderr. Anything
+    The format (any in :data:`FORMATS`) is detected from the keys and files, and the
+    architecture inferred from them and their config. ``num_classes`` different from the
+    checkpoint's puts a fresh head on; ``img_size`` different from its resolution
+    interpolates the position table; each is said in one line on stderr. Anything
     else that does not fit is a :class:`CheckpointError` listing every offending key.
-    ``pre_logits=False`` drops a pre-logits / pooler layer (JAX, torchvision, HF ``ViTModel``);
+    ``keep_pre_logits=False`` drops a pre-logits / pooler layer (JAX, torchvision, HF
+    ``ViTModel``; ``pre_logits=``, its old name, still works with a deprecation warning);
     ``num_heads`` overrides the head count where the weights cannot tell (timm, torchvision);
     ``act`` the MLP activation ("quick_gelu" for OpenAI's CLIP weights in a layout that does not
     say it).
@@ -288,13 +293,17 @@ def load_model(
     """
     if num_classes is not None and num_classes < 0:
         raise CheckpointError(f"num_classes must be 0 (no head) or more, got {num_classes}")
+    if pre_logits is not None:
+        warnings.warn("load_model(pre_logits=...) is now keep_pre_logits=...",
+                      DeprecationWarning, stacklevel=2)
+        keep_pre_logits = pre_logits
     ckpt = read_checkpoint(source)
     fmt = detect_format(ckpt)
     notes: list[str] = []
-    state, kwargs = _describe(ckpt, fmt, notes, pre_logits, num_classes, num_heads)
+    state, kwargs = _to_vitkit(ckpt, fmt, notes, keep_pre_logits, num_classes, num_heads)
     if act is not None:
         kwargs["act"] = act
-    cnn = kwargs.get("family") == "cnn"  # a ResNet baseline or teacher
+    cnn = is_cnn(kwargs)  # a ResNet baseline or teacher
     model = CNN(CNNConfig(**kwargs)) if cnn else VisionTransformer(ViTConfig(**kwargs))
     missing, unexpected = load_state(model, state, strict, verbose)
     for note in notes:
@@ -309,7 +318,7 @@ def load_model(
             f"{num_classes} (randomly initialised)", verbose, logging.WARNING)
         model.reset_classifier(num_classes)
         model.cfg.extra.pop("class_names", None)
-    if img_size is not None and not cnn and to_grid(img_size) != model.cfg.img_size:
+    if img_size is not None and not cnn and as_pair(img_size) != model.cfg.img_size:
         old, old_img = model.grid_size, model.cfg.img_size
         model.set_img_size(img_size)
         new = model.grid_size
@@ -328,19 +337,12 @@ def save_model(model, path: str | os.PathLike) -> Path:
     pooling, eps, prefix tokens) and its ``extra`` (name, mean/std, class names), as JSON under
     ``vitkit_config``.
     """
-    return native.write(model, Path(path))
+    return export(model, path, to="vitkit")
 
 
 def export(model, dst: str | os.PathLike, to: str = "vitkit") -> Path:
-    """Write ``model`` in another codebase's layout (any name in :data:`EXPORTS`).
-
-    - ``vitkit``: a ``.safetensors`` file (see :func:`save_model`).
-    - ``timm``: a ``.safetensors``/``.pth``/``.bin`` state dict, or a folder (hub style:
-      ``config.json`` + ``model.safetensors``) when ``dst`` has no suffix.
-    - ``hf``: a folder for ``ViTForImageClassification.from_pretrained`` (``ViTModel`` when the
-      model has no head) and ``pipeline("image-classification")``.
-    - ``jax``: a ``.npz`` in google-research/vision_transformer's layout.
-    - ``torchvision``: a ``.pth`` state dict for ``torchvision.models.VisionTransformer``.
+    """Write ``model`` in another codebase's layout (any name in :data:`EXPORTS`; what each
+    writes, a file or a folder, is the ``write`` of its module in :data:`FORMATS`).
 
     A model the layout cannot hold is refused before anything is written: the error lists
     every reason and the formats that can hold it.
@@ -357,7 +359,7 @@ def export(model, dst: str | os.PathLike, to: str = "vitkit") -> Path:
 
 
 def convert(src: str | os.PathLike, dst: str | os.PathLike, to: str | None = None,
-            img_size: Grid | None = None, num_classes: int | None = None,
+            img_size: Pair | None = None, num_classes: int | None = None,
             verbose: bool = True) -> Path:
     """Load ``src`` (any format), optionally resize / re-head it, and write ``dst``.
 

@@ -28,11 +28,27 @@ from vitkit.checkpoints.common import (
     new_options_refusal,
     refuse,
 )
-from vitkit.checkpoints.writing import atomic_write
+from vitkit.util.files import atomic_write
 
 NAME = "jax"
 LABEL = "JAX .npz (embedding/kernel)"
+# The ViTConfig fields google-research/vision_transformer's layout holds: the arrays show the
+# shapes, the heads (query kernels are (D, heads, d)), [CLS] or not, a MAP head, a pre-logits
+# layer; LayerNorm eps and the two interpolation options go in as vitkit's own arrays. Square
+# images only (the grid is read back from the table); a missing head bias is written as zeros.
+HOLDS = frozenset({
+    "img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads",
+    "mlp_dim", "pool", "class_token", "representation_size", "head_bias", "norm_eps",
+    "dynamic_img_size", "pos_antialias",
+})
+REFUSES = frozenset({
+    "distilled", "num_reg_tokens", "no_embed_class", "fc_norm", "qkv_bias", "init_values",
+    "pre_norm", "patch_bias", "act",
+})
 _EPS_KEY = "vitkit/norm_eps"  # written only when eps is not JAX's 1e-6 (e.g. from HF's 1e-12)
+# written only when true: JAX ViTs take one input size
+_FLAG_KEYS = {"dynamic_img_size": "vitkit/dynamic_img_size",
+              "pos_antialias": "vitkit/pos_antialias"}
 _PREFIXES = ("opt/target/", "params/img/", "params/", "")
 
 
@@ -115,6 +131,7 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
         out["head.bias"] = take("head/bias")
         num_classes = out["head.weight"].shape[0]
     norm_eps = float(take(_EPS_KEY)) if _EPS_KEY in w else 1e-6
+    flags = {name: bool(take(key)) for name, key in _FLAG_KEYS.items() if key in w}
     pool_map = "MAPHead_0/probe" in w
     if pool_map:  # big_vision's attention pooling (SigLIP): vitkit's pool="map"
         mp, mh = "MAPHead_0/", "MAPHead_0/MultiHeadDotProductAttention_0/"
@@ -142,7 +159,7 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
         mlp_dim=out["blocks.0.mlp.fc1.weight"].shape[0],
         pool="map" if pool_map else "cls" if class_token else "avg",
         class_token=class_token, no_embed_class=class_token and not has_prefix,
-        pre_logits=pre, norm_eps=norm_eps,
+        representation_size=pre, norm_eps=norm_eps, **flags,
     )
     return out, kwargs, {"mean": [0.5] * 3, "std": [0.5] * 3}
 
@@ -157,6 +174,9 @@ def refusals(cfg) -> list[str]:
         (cfg.distilled, "has a distillation token"),
         (cfg.num_reg_tokens > 0, "has register tokens"),
         (cfg.fc_norm, "normalises after pooling (fc_norm)"),
+        (cfg.pool == "avg" and cfg.class_token,
+         "pools by average but has a [CLS] token (a JAX ViT has one only to read it out, so it "
+         "would be read back as [CLS] pooling)"),
         (cfg.no_embed_class, "has no position row for [CLS]"),
         (not cfg.qkv_bias, "has no qkv bias (the JAX layout stores query/key/value biases)"),
         (cfg.img_size[0] != cfg.img_size[1],
@@ -203,7 +223,7 @@ def from_vitkit(model) -> dict[str, np.ndarray]:
         for j in (0, 1):
             out[b + f"MlpBlock_3/Dense_{j}/kernel"] = s[o + f"mlp.fc{j + 1}.weight"].T
             out[b + f"MlpBlock_3/Dense_{j}/bias"] = s[o + f"mlp.fc{j + 1}.bias"]
-    if cfg.pre_logits:
+    if cfg.representation_size:
         out["pre_logits/kernel"] = s["pre_logits.fc.weight"].T
         out["pre_logits/bias"] = s["pre_logits.fc.bias"]
     if cfg.num_classes:
@@ -226,4 +246,7 @@ def from_vitkit(model) -> dict[str, np.ndarray]:
             out[f"{mp}MlpBlock_0/Dense_{j}/bias"] = s[f"attn_pool.mlp.fc{j + 1}.bias"]
     if cfg.norm_eps != 1e-6:
         out[_EPS_KEY] = torch.tensor(cfg.norm_eps, dtype=torch.float64)
+    for name, key in _FLAG_KEYS.items():
+        if getattr(cfg, name):
+            out[key] = torch.tensor(True)
     return {k: v.contiguous().numpy() for k, v in out.items()}

@@ -5,17 +5,36 @@ names), so the file alone rebuilds the model, ViT or CNN."""
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from pathlib import Path
 
-from vitkit.checkpoints.common import Checkpoint, CheckpointError
+from vitkit.checkpoints.common import Checkpoint, CheckpointError, StateDict
 from vitkit.checkpoints.writing import save_safetensors
+from vitkit.models.vit import ViTConfig
 
 NAME = "vitkit"
 LABEL = "vitkit .safetensors (vitkit_config metadata)"
+# The metadata is cfg.to_dict(): every field, whatever its value
+HOLDS = frozenset(f.name for f in fields(ViTConfig)) - ViTConfig.NEUTRAL
+REFUSES: frozenset[str] = frozenset()
+# The file's extra is kept as written: loading it is no conversion, and it already says where
+# its weights came from (source_format) if they came from another layout
+RECORDS_SOURCE = False
 
 
 def detect(ckpt: Checkpoint) -> bool:
     return ckpt.vitkit_config is not None
+
+
+# Config fields renamed since files were written: old name -> new name
+RENAMED = {"pre_logits": "representation_size"}
+
+
+def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
+    """The weights as they are; ``config`` is the file's ``vitkit_config`` (older names of
+    renamed fields read under their new names)."""
+    kwargs = {RENAMED.get(k, k): v for k, v in (config or {}).items()}
+    return state, kwargs, dict(kwargs.pop("extra", None) or {})
 
 
 def refusals(cfg) -> list[str]:

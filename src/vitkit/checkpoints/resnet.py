@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from vitkit.checkpoints.common import Checkpoint, CheckpointError, StateDict
 from vitkit.checkpoints.timm import depth_of
+from vitkit.data.images import IMAGENET_MEAN, IMAGENET_STD
 
 NAME = "torchvision-resnet"
 LABEL = "torchvision ResNet (conv1, layer1..4, fc)"
@@ -28,5 +29,5 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
     small = state["conv1.weight"].shape[-1] == 3
     kwargs = dict(family="cnn", arch=arch, num_classes=state["fc.weight"].shape[0],
                   img_size=32 if small else 224)
-    extra = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+    extra = {"mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD)}
     return {f"net.{k}": v for k, v in state.items()}, kwargs, extra

@@ -18,11 +18,25 @@ from vitkit.checkpoints.common import (
     infer_grid,
     refuse,
 )
-from vitkit.checkpoints.writing import atomic_write, save_json, save_safetensors
+from vitkit.checkpoints.writing import save_json, save_safetensors
 from vitkit.models.registry import MODEL_ARGS
+from vitkit.util.files import atomic_write
 
 NAME = "timm"
 LABEL = "timm/DeiT (patch_embed.proj.weight)"
+# The ViTConfig fields the hub-style folder (config.json + model.safetensors) holds: the keys
+# and timm's model_args, plus norm_eps and pos_antialias as vitkit's own config entries. A
+# missing patch or head bias is written as zeros (timm always has one, except the patch bias
+# of a pre-norm ViT). A bare state dict (.pth, .safetensors) holds the weights only: what they
+# do not show (heads, act, eps, pooling of a [CLS] model by average, a rectangular grid,
+# interpolation) is read back from the family table or the defaults.
+HOLDS = frozenset({
+    "img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads",
+    "mlp_dim", "pool", "class_token", "distilled", "num_reg_tokens", "no_embed_class",
+    "fc_norm", "qkv_bias", "init_values", "pre_norm", "patch_bias", "act", "head_bias",
+    "norm_eps", "dynamic_img_size", "pos_antialias",
+})
+REFUSES = frozenset({"representation_size"})  # timm's ViT has no pre-logits layer
 
 
 def detect(ckpt: Checkpoint) -> bool:
@@ -112,7 +126,7 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
         embed_dim=width, depth=depth, num_heads=heads, mlp_dim=mlp_dim, pool=pool,
         class_token=class_token, distilled=distilled, num_reg_tokens=regs,
         no_embed_class=prefix > 0 and not has_prefix, fc_norm=fc_norm,
-        qkv_bias="blocks.0.attn.qkv.bias" in state, pre_logits=pre_logits,
+        qkv_bias="blocks.0.attn.qkv.bias" in state, representation_size=pre_logits,
         norm_eps=config.get("norm_eps", ours.get("norm_eps", default_eps)),
         init_values=(model_args.get("init_values") or 1e-5)
         if "blocks.0.ls1.gamma" in state else None,
@@ -120,7 +134,7 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
         head_bias="head.bias" in state or "head.weight" not in state,
         dynamic_img_size=bool(model_args.get("dynamic_img_size",
                                              ours.get("dynamic_img_size", False))),
-        pos_antialias=bool(ours.get("pos_antialias", False)),
+        pos_antialias=bool(config.get("pos_antialias", ours.get("pos_antialias", False))),
     )
     return dict(state), kwargs, _metadata(config)
 
@@ -144,7 +158,7 @@ def refusals(cfg) -> list[str]:
     if cnn_refusal(cfg):
         return cnn_refusal(cfg)
     return [msg for bad, msg in [
-        (cfg.pre_logits, "has a pre-logits layer (timm's ViT has none)"),
+        (cfg.representation_size, "has a pre-logits layer (timm's ViT has none)"),
         (cfg.pre_norm and cfg.patch_bias,
          "has a patch-embedding bias and a LayerNorm before the blocks (timm's pre-norm ViT "
          "has no patch bias)"),
@@ -180,6 +194,7 @@ def from_vitkit(model) -> tuple[StateDict, dict]:
         no_embed_class=cfg.no_embed_class, fc_norm=cfg.fc_norm,
         global_pool={"cls": "token", "avg": "avg", "map": "map"}[cfg.pool],
         init_values=cfg.init_values, pre_norm=cfg.pre_norm, act_layer=cfg.act,
+        dynamic_img_size=cfg.dynamic_img_size,
     )
     name = cfg.extra.get("name", "vit_custom")
     if cfg.distilled:
@@ -191,6 +206,8 @@ def from_vitkit(model) -> tuple[StateDict, dict]:
         "global_pool": model_args["global_pool"],
         "model_args": model_args,
         "norm_eps": cfg.norm_eps,  # timm's ViT fixes 1e-6; kept here for vitkit to read back
+        # timm always antialiases a dynamic table; kept here for vitkit to read back
+        "pos_antialias": cfg.pos_antialias,
         "pretrained_cfg": {
             "input_size": [cfg.in_chans, *cfg.img_size],
             "mean": cfg.extra.get("mean", [0.5] * 3),

@@ -20,10 +20,26 @@ from vitkit.checkpoints.common import (
     refuse,
 )
 from vitkit.checkpoints.timm import depth_of
-from vitkit.checkpoints.writing import atomic_write, save_safetensors
+from vitkit.checkpoints.writing import save_safetensors
+from vitkit.data.images import IMAGENET_MEAN, IMAGENET_STD
+from vitkit.util.files import atomic_write
 
 NAME = "torchvision"
 LABEL = "torchvision ViT (conv_proj.weight)"
+# The ViTConfig fields a torchvision state dict holds: what the shapes show (square images, the
+# grid read back from the table), the pre-logits layer (representation_size); a missing head
+# bias is written as zeros. The number of heads is not stored anywhere (torchvision's users pass
+# it to the constructor): load_model infers it from the family table or is told (num_heads=).
+HOLDS = frozenset({
+    "img_size", "patch_size", "num_classes", "embed_dim", "depth", "mlp_dim", "representation_size",
+    "head_bias",
+})
+UNSTORED = frozenset({"num_heads"})
+REFUSES = frozenset({
+    "in_chans", "pool", "class_token", "distilled", "num_reg_tokens", "no_embed_class",
+    "fc_norm", "qkv_bias", "init_values", "pre_norm", "patch_bias", "act", "norm_eps",
+    "dynamic_img_size", "pos_antialias",
+})
 
 _L = "encoder.layers.encoder_layer_{i}."
 # (vitkit pattern, torchvision pattern); blocks use "{i}".
@@ -76,9 +92,9 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
         img_size=(grid[0] * patch, grid[1] * patch), patch_size=patch, in_chans=in_chans,
         num_classes=out["head.weight"].shape[0] if "head.weight" in out else 0,
         embed_dim=width, depth=depth, num_heads=None,  # not stored: the loader infers it
-        mlp_dim=mlp_dim, pre_logits=pre, norm_eps=1e-6,
+        mlp_dim=mlp_dim, representation_size=pre, norm_eps=1e-6,
     )
-    return out, kwargs, {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+    return out, kwargs, {"mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD)}
 
 
 def refusals(cfg) -> list[str]:
@@ -95,6 +111,11 @@ def refusals(cfg) -> list[str]:
          "one image_size)"),
         (not cfg.qkv_bias, "has no qkv bias (nn.MultiheadAttention always has one)"),
         (cfg.norm_eps != 1e-6, f"uses LayerNorm eps {cfg.norm_eps:g} (torchvision fixes 1e-6)"),
+        (cfg.in_chans != 3,
+         f"takes {cfg.in_chans}-channel images (torchvision's ViT takes 3 channels)"),
+        (cfg.dynamic_img_size or cfg.pos_antialias,
+         "interpolates its position table to each input size (dynamic_img_size, "
+         "pos_antialias; torchvision's ViT takes one size)"),
     ] if bad]
 
 
@@ -112,5 +133,5 @@ def from_vitkit(model) -> tuple[StateDict, dict]:
     state = {_rename(k, _RENAMES): v for k, v in full_state(model).items()}
     args = dict(image_size=cfg.img_size[0], patch_size=cfg.patch_size, num_layers=cfg.depth,
                 num_heads=cfg.num_heads, hidden_dim=cfg.embed_dim, mlp_dim=cfg.mlp_dim,
-                num_classes=cfg.num_classes, representation_size=cfg.pre_logits or None)
+                num_classes=cfg.num_classes, representation_size=cfg.representation_size or None)
     return state, args

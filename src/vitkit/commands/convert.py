@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from vitkit.checkpoints import convert, formats
-from vitkit.commands.options import size
+from vitkit.commands.options import convert_arguments
 
 NAME = "convert"
 HELP = "convert a checkpoint between formats, resolutions and class counts"
@@ -13,15 +13,8 @@ DESCRIPTION = (HELP[0].upper() + HELP[1:] + ". SRC is any checkpoint vitkit read
                + formats.supported() + ".")
 
 
-def add_arguments(p: argparse.ArgumentParser, resize: bool = False) -> None:
-    p.add_argument("src", help="checkpoint file or folder")
-    p.add_argument("dst", help="output file (or folder for hf and timm hub style)")
-    p.add_argument("--img-size", type=size, required=resize,
-                   help="new input size, e.g. 384 or 384x512")
-    p.add_argument("--num-classes", type=int, default=None,
-                   help="new class count (puts a fresh head on)")
-    p.add_argument("--to", choices=formats.EXPORTS, default=None if resize else "vitkit",
-                   help="output format (convert: vitkit; resize: the source's format)")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    convert_arguments(p)
 
 
 def run(args: argparse.Namespace) -> None:

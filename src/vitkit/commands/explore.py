@@ -9,6 +9,11 @@ import secrets
 import socket
 from pathlib import Path
 
+from vitkit.checkpoints import load_model
+from vitkit.errors import VitkitError
+from vitkit.web.samples import sample_table
+from vitkit.web.session import Explorer
+
 for _module in ("fastapi", "uvicorn", "multipart"):  # the web extra; cheap to check, slow to import
     if importlib.util.find_spec(_module) is None:
         raise ImportError(f"{_module} is not installed", name=_module)
@@ -42,8 +47,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port`` (port 0: any free one), or a clear error."""
-    from vitkit.errors import VitkitError
-
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as err:
@@ -69,11 +72,7 @@ def bind(host: str, port: int) -> socket.socket:
 def run(args: argparse.Namespace) -> None:
     import uvicorn
 
-    from vitkit.checkpoints import load_model
-    from vitkit.errors import VitkitError
-    from vitkit.web.app import create_app
-    from vitkit.web.samples import sample_table
-    from vitkit.web.session import Explorer
+    from vitkit.web.app import create_app  # FastAPI: imported only when the page is served
 
     checkpoint = args.checkpoint
     if checkpoint is None:

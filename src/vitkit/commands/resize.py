@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from vitkit.checkpoints import formats
-from vitkit.commands import convert
+from vitkit.checkpoints import convert, formats
+from vitkit.commands.options import convert_arguments
 
 NAME = "resize"
 HELP = "move a checkpoint to a new resolution (interpolates the position table)"
@@ -14,7 +14,8 @@ DESCRIPTION = (HELP[0].upper() + HELP[1:] + ". SRC is any checkpoint vitkit read
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    convert.add_arguments(p, resize=True)
+    convert_arguments(p, resize=True)
 
 
-run = convert.run
+def run(args: argparse.Namespace) -> None:
+    convert(args.src, args.dst, to=args.to, img_size=args.img_size, num_classes=args.num_classes)

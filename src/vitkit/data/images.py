@@ -17,6 +17,8 @@ from PIL import Image
 from vitkit.errors import DataError, ImageError
 
 DEFAULT_MEAN = DEFAULT_STD = (0.5, 0.5, 0.5)  # the original ViT / JAX preprocessing
+# ImageNet statistics: DeiT, torchvision, DINOv2 and the ResNets normalise with them
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 DECODED_FORMATS = ("PNG", "JPEG", "BMP", "GIF", "TIFF", "WEBP", "PPM")  # what uploads may be
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm",
                   ".pgm"}

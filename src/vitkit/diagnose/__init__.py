@@ -21,11 +21,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vitkit.checkpoints import load_model
+from vitkit.data.datasets import load_split
+from vitkit.data.images import Preprocess, load_image, preprocessing
 from vitkit.diagnose import maps as maps_checks
 from vitkit.diagnose import runs as run_checks
 from vitkit.diagnose import weights as weight_checks
 from vitkit.diagnose.findings import Finding, to_json, to_text, worst
 from vitkit.errors import DataError
+from vitkit.explain.stats import token_norms
+from vitkit.models.cnn import is_cnn
+from vitkit.recipe import RunPlan
 
 __all__ = ["RULES", "Finding", "Rule", "diagnose", "diagnose_run", "start_of_run", "to_json",
            "to_text", "worst"]
@@ -115,17 +121,16 @@ def diagnose_run(folder: str | os.PathLike) -> list[Finding]:
     return _apply("run", run_checks.read_run(folder), {})
 
 
-def start_of_run(config: dict, train_images: int, classes: int) -> list[Finding]:
-    """The checks ``vitkit train`` runs before its first step: small data and the recipe."""
-    run = run_checks.Run(None, {**config, "train_images": train_images, "num_classes": classes})
+def start_of_run(config: dict, plan: RunPlan) -> list[Finding]:
+    """The checks ``vitkit train`` runs before its first step (small data and the recipe), on
+    its configuration and the numbers it resolved from it (:func:`vitkit.recipe.plan_run`)."""
+    run = run_checks.Run(None, config, plan=plan.to_dict())
     return _apply("run", run, {}, only=("run.small_data", "run.recipe"))
 
 
 def _diagnose_checkpoint(path: Path, img_size, image, data) -> list[Finding]:
-    from vitkit.checkpoints import load_model
-
     model = load_model(path, verbose=False)
-    if not hasattr(model, "blocks"):
+    if is_cnn(model):
         return [Finding("weights.trained", "ok",
                         f"a CNN ({model.cfg.arch}): the doctor's checks are for ViTs")]
     ctx = {"img_size": img_size, "source": str(path)}
@@ -137,15 +142,10 @@ def _diagnose_checkpoint(path: Path, img_size, image, data) -> list[Finding]:
 
 
 def _images(model, image, data) -> torch.Tensor | None:
-    from vitkit.data.images import load_image, preprocessing
-
     size, mean, std = preprocessing(model)
     if image is not None:
         return load_image(image, size, mean, std)[0][None]
     if data is not None:
-        from vitkit.data.datasets import load_split
-        from vitkit.data.images import Preprocess
-
         split = load_split(data, "val", size[0])
         prep = Preprocess(size, mean, std)
         return torch.stack([prep(split[i][0]) for i in range(min(8, len(split)))])
@@ -153,8 +153,6 @@ def _images(model, image, data) -> torch.Tensor | None:
 
 
 def _diagnose_images(model, x: torch.Tensor) -> list[Finding]:
-    from vitkit.explain.stats import token_norms
-
     with torch.no_grad():
         _, maps = model(x, return_attn=True)
         norms = token_norms(model, x)

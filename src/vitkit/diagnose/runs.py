@@ -9,6 +9,7 @@ timm's or vitkit's (``opt``/``optimizer``, ``lr``, ``weight_decay``, ``warmup_ep
 from __future__ import annotations
 
 import csv
+import json
 import math
 import re
 import statistics
@@ -19,6 +20,7 @@ import yaml
 
 from vitkit.diagnose.findings import Finding
 from vitkit.errors import DataError
+from vitkit.recipe import RunPlan, plan_run
 
 # Below ~100k images a ViT from scratch loses to a CNN of the same size; above a few million
 # it wins (Dosovitskiy et al. 2021, Fig. 3-4: ImageNet-1k vs ImageNet-21k vs JFT-300M).
@@ -52,28 +54,47 @@ class Run:
     config: dict
     metrics: list[dict] = field(default_factory=list)
     log: str = ""
+    plan: dict | None = None  # the trainer's resolved numbers (run.json, a RunPlan) if known
 
     @property
     def train_images(self) -> int | None:
-        m = re.search(r"data \S+: (\d+) train", self.log)
-        return int(m.group(1)) if m else self.config.get("train_images")
+        if self.plan:
+            return int(self.plan["train_images"])
+        m = re.search(r"data \S+: (\d+) train", self.log)  # a run folder from before run.json
+        return int(m.group(1)) if m else None
 
     @property
     def classes(self) -> int | None:
+        if self.plan:
+            return int(self.plan["classes"])
         m = re.search(r"(\d+) classes", self.log)
-        return int(m.group(1)) if m else self.config.get("num_classes")
+        return int(m.group(1)) if m else None
+
+    @property
+    def vitkit_plan(self) -> RunPlan | None:
+        """The run's resolved numbers: the trainer's own (``run.json``), else computed from a
+        vitkit config by :func:`vitkit.recipe.plan_run` (one process assumed)."""
+        if self.plan:
+            return RunPlan(**self.plan)
+        if "recipe" not in self.config or self.train_images is None:
+            return None  # a foreign config: its lr is the lr itself, its schedule unknown
+        try:
+            return plan_run(self.config, self.train_images, self.classes or 0)
+        except (TypeError, ValueError):
+            return None
 
     @property
     def effective_lr(self) -> float | None:
-        m = re.search(r"global batch (\d+), lr ([0-9.eE+-]+)", self.log)
-        if m:
-            return float(m.group(2))
+        """The peak learning rate: vitkit's lr is per 512 images, scaled by the global batch
+        (processes and accumulation steps included); another program's is the lr itself."""
+        plan = self.vitkit_plan
+        if plan is not None:
+            return plan.lr
         lr = self.config.get("lr")
-        if lr is None:
+        try:
+            return float(lr) if lr is not None else None
+        except (TypeError, ValueError):
             return None
-        batch = self.config.get("batch_size")
-        # vitkit's lr is for a global batch of 512; others' is the lr itself
-        return float(lr) * int(batch) / 512 if batch and "recipe" in self.config else float(lr)
 
 
 def read_run(folder: str | Path) -> Run:
@@ -95,7 +116,19 @@ def read_run(folder: str | Path) -> Run:
                 metrics.append({k: _float(v) for k, v in row.items()})
     log = (folder / "train.log").read_text(errors="replace") if (folder / "train.log").is_file() \
         else ""
-    return Run(folder, config, metrics, log)
+    return Run(folder, config, metrics, log, _read_plan(folder / "run.json"))
+
+
+def _read_plan(path: Path) -> dict | None:
+    """``run.json`` as the trainer wrote it, or None when absent or not a RunPlan."""
+    if not path.is_file():
+        return None
+    try:
+        plan = json.loads(path.read_text())
+        RunPlan(**plan)
+    except (ValueError, TypeError):
+        return None
+    return plan
 
 
 def _float(text: str | None) -> float | None:
@@ -210,17 +243,9 @@ def check_recipe(run: Run, ctx: dict) -> list[Finding]:
 
 def _schedule(run: Run) -> tuple[int, int]:
     """(optimizer steps, warmup steps) of a vitkit run as the trainer counts them, or zeros
-    where the config does not tell (a foreign config, an unknown training-set size)."""
-    from vitkit.train.config import schedule, steps_per_epoch
-
-    cfg = run.config
-    try:
-        per_epoch = steps_per_epoch(run.train_images or 0, int(cfg.get("batch_size") or 0),
-                                    int(cfg.get("accum_steps") or 1))
-        return schedule(per_epoch, int(cfg.get("steps") or 0), int(cfg.get("epochs") or 0),
-                        int(cfg.get("warmup_steps") or 0), float(cfg.get("warmup_epochs") or 0))
-    except (TypeError, ValueError, ZeroDivisionError):
-        return 0, 0
+    where it is not known (a foreign config, an unknown training-set size)."""
+    plan = run.vitkit_plan
+    return (plan.total_steps, plan.warmup_steps) if plan is not None else (0, 0)
 
 
 def _epochs(run: Run) -> float | None:

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from vitkit.diagnose.findings import Finding
-from vitkit.models.pos_embed import to_grid
+from vitkit.models.pos_embed import as_pair
 
 # Every ViT codebase (timm, vitkit, Hugging Face, torchvision, big_vision) initialises LayerNorm
 # to weight 1 and bias 0 exactly; the first optimiser step moves them. So a block whose four
@@ -147,7 +147,7 @@ def check_table_fits(model, ctx: dict) -> Finding | None:
     if img_size is None:
         return None
     cfg = model.cfg
-    h, w = to_grid(img_size)
+    h, w = as_pair(img_size)
     p = cfg.patch_size
     have = model.pos_embed.shape[1]
     source = ctx.get("source", "CHECKPOINT")

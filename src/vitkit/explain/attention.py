@@ -17,6 +17,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from vitkit.explain.registry import without_cls
+
 HEAD_FUSIONS = ("mean", "max", "min")
 log = logging.getLogger("vitkit")
 
@@ -118,8 +120,6 @@ def cls_attention(maps: Sequence[torch.Tensor], layer: int = -1, head: int | str
     """
     layout = layout_of(maps, grid, num_prefix_tokens)
     if layout.readout is None:
-        from vitkit.explain.methods import without_cls  # the registry imports this module
-
         raise ValueError("this model pools by average and has no [CLS] readout, so [CLS] "
                          f"attention does not explain it; methods that apply: "
                          f"{', '.join(without_cls())}")

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torchvision.transforms.v2.functional import gaussian_blur
+
+from vitkit.util.grids import upsample
 
 
 def random_maps(like: torch.Tensor, seed: int = 0) -> torch.Tensor:
@@ -99,12 +100,6 @@ def deletion_insertion(model, images: torch.Tensor, maps: torch.Tensor, target: 
         deletion=_probabilities(model, deleted, target, batch_size),
         insertion=_probabilities(model, inserted, target, batch_size),
     )
-
-
-def upsample(maps: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """(B, gh, gw) -> (B, H, W), bilinear (align_corners=False)."""
-    return F.interpolate(maps[:, None].float(), size=size, mode="bilinear",
-                         align_corners=False)[:, 0]
 
 
 def _box_masks(boxes: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:

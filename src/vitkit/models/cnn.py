@@ -33,8 +33,16 @@ class CNNConfig:
         return asdict(self)
 
 
-def is_cnn(name: str) -> bool:
-    return name in CNNS
+def is_cnn(what) -> bool:
+    """Whether ``what`` is one of vitkit's CNNs rather than a ViT. The one test for it: ``what``
+    is a model name (``"resnet18"``), a config (a ``CNNConfig``, a ``ViTConfig``, or a config
+    mapping with a ``family`` key), or a model (``model.cfg``)."""
+    if isinstance(what, str):
+        return what in CNNS
+    if isinstance(what, dict):
+        return what.get("family") == "cnn"
+    cfg = getattr(what, "cfg", what)
+    return getattr(cfg, "family", None) == "cnn"
 
 
 class CNN(nn.Module):
@@ -49,7 +57,8 @@ class CNN(nn.Module):
         try:
             import torchvision  # the train extra: CNN baselines and teachers only
         except ImportError as err:
-            raise ImportError("CNNs need torchvision: pip install 'vitkit[train]'") from err
+            raise ImportError("CNNs need torchvision, in the train extra: pip install '.[train]' "
+                              "from vitkit's folder") from err
         if cfg.arch in NARROW:
             net = _narrow_resnet18(torchvision, NARROW[cfg.arch], cfg.num_classes)
         else:

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
+from vitkit.models.cnn import is_cnn
 from vitkit.models.vit import ViTConfig
 
 
@@ -94,7 +97,18 @@ def flop_model(cfg: ViTConfig, readout_only: bool = False) -> Cost:
         patch_embed=n * d * cfg.in_chans * cfg.patch_size**2,
         linear=cfg.depth * t * (4 * d * d + 2 * d * dm) - skipped * (2 * d * d + 2 * d * dm),
         attention=cfg.depth * 2 * t * t * d - skipped * 2 * t * d,
-        head=(cfg.pre_logits * (d + cfg.num_classes) if cfg.pre_logits else d * cfg.num_classes)
+        head=(cfg.representation_size * (d + cfg.num_classes) if cfg.representation_size
+              else d * cfg.num_classes)
         * (2 if cfg.distilled else 1)
         + (2 * d * d + 2 * t * d * d + 2 * t * d + 2 * d * dm if cfg.pool == "map" else 0),
     )
+
+
+def flops_per_image(model, img_size: int) -> int:
+    """FLOPs per image of a forward: the FLOP model for a ViT (whose last block computes its
+    readout rows only), torch's FLOP counter for a CNN."""
+    if not is_cnn(model):
+        return flop_model(model.cfg, readout_only=True).flops
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(torch.zeros(1, 3, img_size, img_size))
+    return counter.get_total_flops()

@@ -25,14 +25,37 @@ All of it is exact algebra, so the outputs equal the standard path's up to float
 (about 1e-6; tests pin both paths against each other and against timm). Autograd, training,
 autocast, hooks and ``torch.compile`` take the standard path; so does any device other than
 the CPU, where fused bias epilogues and a caching allocator already give what this saves.
-``model.fused_inference = False`` turns it off.
+``model.inplace_inference = False`` turns it off.
+
+What it computes is declared field by field of ``ViTConfig``: :data:`SUPPORTS` (computed as the
+standard blocks do, whatever the value) and :data:`REFUSES` (a model whose value differs from
+the default runs the standard blocks; :func:`applies` says no). ``ViTConfig.NEUTRAL`` fields
+change nothing in eval mode. A field in none of the three is refused too, until it is declared
+(tests/test_options_contract.py fails meanwhile).
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import MISSING, fields
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules import module as _module
+
+# Everything outside the blocks runs as written (patch embedding, prefix tokens, position
+# table, pre-norm, pooling, heads); inside them the in-place arithmetic reads each layer's own
+# shapes, biases (qkv_bias: none is added), LayerNorm eps and LayerScale (folded into the
+# branch's last linear layer).
+SUPPORTS: frozenset[str] = frozenset({
+    "img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads",
+    "mlp_dim", "pool", "class_token", "distilled", "num_reg_tokens", "no_embed_class",
+    "representation_size", "fc_norm", "qkv_bias", "init_values", "pre_norm", "patch_bias",
+    "head_bias", "norm_eps", "dynamic_img_size", "pos_antialias",
+})
+# The in-place MLP computes exact GELU only: QuickGELU and tanh-GELU blocks run as written.
+REFUSES: frozenset[str] = frozenset({"act"})
 
 
 class Workspace:
@@ -55,24 +78,35 @@ class Workspace:
 def applies(model: nn.Module, x: torch.Tensor) -> bool:
     """Whether ``model``'s forward on ``x`` may take the in-place path."""
     return (
-        getattr(model, "fused_inference", True)
+        getattr(model, "inplace_inference", True)
         and not torch.is_grad_enabled()
         and not model.training
         and x.device.type == "cpu"
         and not torch.is_autocast_enabled("cpu")  # autocast chooses dtypes per op
         and not torch.compiler.is_compiling()
         and not _hooked(model)
-        # the in-place blocks compute exact GELU (LayerScale is folded in); QuickGELU and tanh
-        # GELU blocks run as written
-        and model.cfg.act == "gelu"
+        and not unsupported(model.cfg)
     )
+
+
+def unsupported(cfg) -> list[str]:
+    """The fields of ``cfg`` that keep it off the in-place path: those with a value other than
+    the default that are neither in :data:`SUPPORTS` nor neutral (``act="quick_gelu"``, ...)."""
+    return [name for name, default in _checked(type(cfg)) if getattr(cfg, name) != default]
+
+
+@functools.cache
+def _checked(config_class: type) -> tuple[tuple[str, object], ...]:
+    """(field, default) of every field of ``config_class`` neither supported nor neutral."""
+    neutral = getattr(config_class, "NEUTRAL", frozenset())
+    return tuple(
+        (f.name, f.default if f.default_factory is MISSING else f.default_factory())
+        for f in fields(config_class) if f.name not in SUPPORTS and f.name not in neutral)
 
 
 def _hooked(model: nn.Module) -> bool:
     """Any forward hook on the model or its parts (they expect the standard calls)."""
-    from torch.nn.modules import module as m
-
-    if m._global_forward_hooks or m._global_forward_pre_hooks:
+    if _module._global_forward_hooks or _module._global_forward_pre_hooks:
         return True
     return any(mod._forward_hooks or mod._forward_pre_hooks for mod in model.modules())
 

@@ -10,23 +10,24 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-Grid = int | tuple[int, int]
+Pair = int | tuple[int, int]  # a size given as one side (square) or as (height, width)
 
 
-def to_grid(grid: Grid) -> tuple[int, int]:
-    """Normalise an ``int`` or ``(gh, gw)`` grid to a ``(gh, gw)`` tuple of positive ints."""
-    if isinstance(grid, int):
-        grid = (grid, grid)
-    gh, gw = (int(g) for g in grid)
-    if gh <= 0 or gw <= 0:
-        raise ValueError(f"a patch grid needs positive sides, got {grid!r}")
-    return gh, gw
+def as_pair(size: Pair) -> tuple[int, int]:
+    """Normalise an ``int`` or ``(h, w)`` size (of an image or of a patch grid) to a ``(h, w)``
+    tuple of positive ints."""
+    if isinstance(size, int):
+        size = (size, size)
+    h, w = (int(g) for g in size)
+    if h <= 0 or w <= 0:
+        raise ValueError(f"a size needs positive sides, got {size!r}")
+    return h, w
 
 
 def interpolate_pos_embed(
     pos_embed: torch.Tensor,
-    old_grid: Grid,
-    new_grid: Grid,
+    old_grid: Pair,
+    new_grid: Pair,
     num_prefix_tokens: int = 1,
     mode: str = "bicubic",
     antialias: bool = False,
@@ -48,8 +49,8 @@ def interpolate_pos_embed(
         The table with ``num_prefix_tokens + gh'*gw'`` rows, same leading shape and dtype.
         When the grids are equal the input is returned unchanged (exact identity).
     """
-    old_h, old_w = to_grid(old_grid)
-    new_h, new_w = to_grid(new_grid)
+    old_h, old_w = as_pair(old_grid)
+    new_h, new_w = as_pair(new_grid)
     squeeze = pos_embed.dim() == 2
     table = pos_embed.unsqueeze(0) if squeeze else pos_embed
     if table.dim() != 3 or table.shape[0] != 1:

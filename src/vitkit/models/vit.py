@@ -16,9 +16,11 @@ Parameter names follow timm (``patch_embed.proj``, ``blocks.N.attn.qkv``, ``bloc
 
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +28,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from vitkit.models import inference
-from vitkit.models.pos_embed import Grid, interpolate_pos_embed, to_grid
+from vitkit.models.pos_embed import Pair, as_pair, interpolate_pos_embed
 
 
 @dataclass
@@ -46,7 +48,9 @@ class ViTConfig:
     distilled: bool = False  # DeiT: a distillation token after [CLS] and a second head
     num_reg_tokens: int = 0
     no_embed_class: bool = False  # position table covers the patches only (big_vision, DeiT-3)
-    pre_logits: int = 0  # size of a Linear + tanh "representation" layer before the head; 0: none
+    # width of the pre-logits layer (Linear + tanh, module ``pre_logits``) before the head, as
+    # timm's and JAX's representation_size; 0: none
+    representation_size: int = 0
     fc_norm: bool = False  # avg pooling only: LayerNorm after pooling (timm) instead of before
     qkv_bias: bool = True
     init_values: float | None = None  # LayerScale: a learned per-channel scale on each branch
@@ -62,8 +66,16 @@ class ViTConfig:
     pos_antialias: bool = False  # antialias when the table is interpolated (DINOv2 w/ registers)
     extra: dict = field(default_factory=dict)  # free-form metadata (mean/std, class names)
 
+    # The fields that change neither the weights nor the forward in eval mode: metadata and the
+    # training-only regularisers. Every other field is an option that each checkpoint layout
+    # (``HOLDS``/``REFUSES`` in each module of vitkit.checkpoints) and the in-place CPU path
+    # (``SUPPORTS``/``REFUSES`` in models/inference.py) must declare; tests/test_options_contract.py
+    # holds them to it.
+    NEUTRAL: ClassVar[frozenset[str]] = frozenset(
+        {"extra", "drop_rate", "attn_drop_rate", "drop_path_rate"})
+
     def __post_init__(self) -> None:
-        self.img_size = to_grid(self.img_size)
+        self.img_size = as_pair(self.img_size)
         if self.pool not in ("cls", "avg", "map"):
             raise ValueError(f"pool must be 'cls', 'avg' or 'map', got {self.pool!r}")
         if self.act not in ACTIVATIONS:
@@ -72,11 +84,12 @@ class ViTConfig:
             raise ValueError("pool='cls' needs class_token=True; use pool='avg' without one")
         if self.distilled and not (self.class_token and self.pool == "cls"):
             raise ValueError("distilled=True needs the [CLS] token and pool='cls', as in DeiT")
-        if self.distilled and self.pre_logits:
-            raise ValueError("a distilled (DeiT) model has no pre-logits layer; set pre_logits=0")
+        if self.distilled and self.representation_size:
+            raise ValueError("a distilled (DeiT) model has no pre-logits layer; set "
+                             "representation_size=0")
         if self.fc_norm and self.pool != "avg":
             raise ValueError("fc_norm=True applies to pool='avg' only")
-        for name in ("num_classes", "pre_logits", "num_reg_tokens"):
+        for name in ("num_classes", "representation_size", "num_reg_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
         if self.embed_dim % self.num_heads:
@@ -110,9 +123,9 @@ class ViTConfig:
         return asdict(self)
 
 
-def patch_grid(img_size: Grid, patch_size: int) -> tuple[int, int]:
+def patch_grid(img_size: Pair, patch_size: int) -> tuple[int, int]:
     """(H, W) -> (H/P, W/P); raises ``ValueError`` when a side is not divisible by P."""
-    h, w = to_grid(img_size)
+    h, w = as_pair(img_size)
     if h % patch_size or w % patch_size:
         raise ValueError(
             f"image size {h}x{w} is not divisible by patch size {patch_size}: the last "
@@ -175,9 +188,9 @@ class PatchEmbed(nn.Module):
 def sdpa_attention(q, k, v, dropout_p: float = 0.0, return_attn: bool = False):
     """The attention kernel: (B, h, T, d) x3 -> ((B, h, T, d), maps or None).
 
-    Without maps it is ``F.scaled_dot_product_attention`` (fused kernels, flash on GPU). With
-    maps it computes softmax(q k^T / sqrt(d)) explicitly and returns it per head, (B, h, T, T),
-    before dropout, so each row sums to 1.
+    Without maps it is ``F.scaled_dot_product_attention`` (one SDPA kernel, flash attention on
+    GPU). With maps it computes softmax(q k^T / sqrt(d)) explicitly and returns it per head,
+    (B, h, T, T), before dropout, so each row sums to 1.
     """
     if not return_attn:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p), None
@@ -353,7 +366,7 @@ class VisionTransformer(nn.Module):
         self.num_prefix_tokens = cfg.num_prefix_tokens
         self.grad_checkpointing = False
         # CPU inference without autograd computes the blocks in place (models/inference.py)
-        self.fused_inference = True
+        self.inplace_inference = True
 
         self.patch_embed = PatchEmbed(cfg.patch_size, cfg.in_chans, D, cfg.patch_bias)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if cfg.class_token else None
@@ -378,8 +391,8 @@ class VisionTransformer(nn.Module):
         self.attn_pool = MapHead(D, cfg.num_heads, cfg.mlp_dim, cfg.norm_eps, cfg.act) \
             if cfg.pool == "map" else None
         self.pre_logits = (
-            nn.Sequential(OrderedDict(fc=nn.Linear(D, cfg.pre_logits), act=nn.Tanh()))
-            if cfg.pre_logits else nn.Identity()
+            nn.Sequential(OrderedDict(fc=nn.Linear(D, cfg.representation_size), act=nn.Tanh()))
+            if cfg.representation_size else nn.Identity()
         )
         self.head_drop = nn.Dropout(cfg.drop_rate)
         self.head = self._new_head(cfg.num_classes)
@@ -410,7 +423,7 @@ class VisionTransformer(nn.Module):
     def _new_head(self, num_classes: int) -> nn.Module:
         if num_classes <= 0:
             return nn.Identity()
-        head = nn.Linear(self.cfg.pre_logits or self.cfg.embed_dim, num_classes,
+        head = nn.Linear(self.cfg.representation_size or self.cfg.embed_dim, num_classes,
                          bias=self.cfg.head_bias)
         nn.init.trunc_normal_(head.weight, std=0.02)
         if head.bias is not None:
@@ -434,7 +447,7 @@ class VisionTransformer(nn.Module):
         """Recompute each block's activations in backward: less memory, same gradients."""
         self.grad_checkpointing = enable
 
-    def set_img_size(self, img_size: Grid) -> None:
+    def set_img_size(self, img_size: Pair) -> None:
         """Move the model to a new input size, interpolating the position table in place."""
         old_grid = self.grid_size
         new_cfg = ViTConfig(**{**self.cfg.to_dict(), "img_size": img_size})
@@ -552,6 +565,19 @@ class VisionTransformer(nn.Module):
         if self.cfg.pool == "map":
             return self.attn_pool(x)
         return x[:, self.num_prefix_tokens:].mean(dim=1)
+
+    @property
+    def fused_inference(self) -> bool:
+        """The old name of :attr:`inplace_inference` ("fused" now means the qkv projection)."""
+        warnings.warn("model.fused_inference is now model.inplace_inference",
+                      DeprecationWarning, stacklevel=2)
+        return self.inplace_inference
+
+    @fused_inference.setter
+    def fused_inference(self, value: bool) -> None:
+        warnings.warn("model.fused_inference is now model.inplace_inference",
+                      DeprecationWarning, stacklevel=2)
+        self.inplace_inference = value
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """(B, T, D) -> (B, num_classes), or the pooled vector with ``pre_logits``.

@@ -14,14 +14,15 @@ from pathlib import Path
 import yaml
 
 from vitkit.errors import ConfigError
+from vitkit.recipe import schedule, steps_per_epoch  # noqa: F401  (moved; tests import them here)
+from vitkit.util.files import atomic_write
 
 
 @dataclass
 class TrainConfig:
     # what to train, on what
     model: str = "vit_micro_patch4_32"  # a vitkit name, or a torchvision CNN (resnet18, ...)
-    # digits[:CLASSES] | cluttered-digits | fashion-mnist[:CLASSES] | mnist[:CLASSES]
-    # | imagefolder:PATH | cifar10 | cifar100 (CLASSES: 5,6,7 or 0-4; relabelled 0..k-1)
+    # a spec of vitkit.data.datasets.DATASETS (CLASSES: 5,6,7 or 0-4; relabelled 0..k-1)
     data: str = "digits"
     img_size: int = 32
     patch_size: int = 0  # > 0: override the ViT's patch size (from scratch only)
@@ -224,23 +225,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
         raise ConfigError("data_fraction must be more than 0 (a share of the training split)")
 
 
-def steps_per_epoch(images: int, batch_size: int, accum_steps: int = 1, world: int = 1) -> int:
-    """Optimizer steps in one epoch: whole global batches only (the trainer drops the rest)."""
-    return images // (batch_size * world) // accum_steps
-
-
-def schedule(per_epoch: int, steps: int = 0, epochs: int = 0, warmup_steps: int = 0,
-             warmup_epochs: float = 0.0) -> tuple[int, int]:
-    """(optimizer steps, warmup steps) of a run of ``per_epoch`` steps an epoch: ``steps`` when
-    set, else ``epochs`` epochs; ``warmup_steps`` when set, else ``warmup_epochs`` epochs."""
-    total = steps if steps > 0 else epochs * per_epoch
-    warmup = warmup_steps if warmup_steps > 0 else int(warmup_epochs * per_epoch)
-    return total, warmup
-
-
 def save(cfg: TrainConfig, path: str | Path) -> None:
-    from vitkit.checkpoints.writing import atomic_write
-
     text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
     atomic_write(path, lambda tmp: tmp.write_text(text))
 

@@ -7,7 +7,8 @@ import csv
 import logging
 from pathlib import Path
 
-from vitkit.checkpoints.io import atomic_write
+from vitkit.util.files import atomic_write
+from vitkit.viz.plot import save, subplots
 
 log = logging.getLogger("vitkit")
 
@@ -70,8 +71,6 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 
 def plot_curves(history: list[dict], path: Path) -> None:
     """Loss (train, val) and accuracy (top-1, top-5, EMA) against epochs."""
-    from vitkit.viz.plot import save, subplots
-
     epochs = [r["epoch"] for r in history]
     fig, (ax_l, ax_a) = subplots(1, 2, figsize=(9, 3.4))
     ax_l.plot(epochs, [r["train_loss"] for r in history], marker="o", label="train")

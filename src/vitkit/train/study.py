@@ -30,10 +30,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from vitkit.checkpoints.io import atomic_write
+from vitkit.data.datasets import load_split
+from vitkit.data.idx import find_idx_folder
 from vitkit.errors import ConfigError
+from vitkit.recipe import study_base, study_budget
 from vitkit.train.config import resolve
+from vitkit.train.evaluate import evaluate_checkpoint
 from vitkit.train.trainer import train
+from vitkit.util.files import atomic_write
 
 log = logging.getLogger("vitkit")
 
@@ -68,6 +72,14 @@ ARMS: dict[str, tuple[str, str, dict]] = {
     "res-naive": ("ViT at 2x, table interpolated, not fine-tuned", "d", dict()),
 }
 FINETUNE_LR = 0.25  # fine-tuning runs (pre-trained arms, claim (d)) use this share of --lr
+
+# The committed run: Fashion-MNIST classes 5-9 (sandal, shirt, sneaker, bag, ankle boot;
+# 30,000 training images) as the target, classes 0-4 as the disjoint pre-training source.
+FULL_PLAN = dict(data="fashion-mnist:5-9", source="fashion-mnist:0-4",
+            fractions=(0.01, 0.05, 0.2, 1.0), seeds=3, epochs=10.0, min_steps=80,
+            max_steps=150, source_steps=400, resolution_steps=150)
+QUICK_PLAN = dict(fractions=(0.1, 0.3, 1.0), seeds=2, epochs=5.0, min_steps=60, source_steps=200,
+             resolution_steps=60)
 
 
 @dataclass
@@ -122,9 +134,9 @@ class StudyPlan:
         return min(steps, self.max_steps) if self.max_steps else steps
 
     def schedule(self, steps: int) -> dict:
-        """A run's ``steps`` with its warmup: ``warmup`` of them (at least one when set)."""
-        warm = max(1, round(self.warmup * steps)) if self.warmup > 0 else 0
-        return dict(steps=steps, warmup_steps=warm)  # _base sets warmup_epochs to 0
+        """A run's ``steps`` with its warmup, as every study run has it
+        (:func:`vitkit.recipe.study_run`)."""
+        return study_budget(steps, self.warmup)
 
     @property
     def budget(self) -> str:
@@ -143,9 +155,10 @@ def arm_label(arm: str, plan: StudyPlan) -> str:
 
 
 def _base(plan: StudyPlan) -> dict:
-    return dict(data=plan.data, img_size=plan.img_size, model=plan.vit,
-                batch_size=plan.batch_size, lr=plan.lr, warmup_epochs=0.0, out=plan.out,
-                device=plan.device, eval_every=10**6, **plan.extra)
+    """The options every run of the data study shares (its budget comes with each run)."""
+    return study_base(data=plan.data, img_size=plan.img_size, model=plan.vit,
+                      batch_size=plan.batch_size, lr=plan.lr, out=plan.out, device=plan.device,
+                      **plan.extra)
 
 
 WEIGHTS = ("best.safetensors", "last.safetensors", "state.pt")
@@ -235,8 +248,6 @@ class Study:
     @functools.cached_property
     def train_images(self) -> int:
         """The size of the target's training split (read once)."""
-        from vitkit.data.datasets import load_split
-
         return len(load_split(self.plan.data, "train", self.plan.img_size,
                               root=self.plan.extra.get("data_root", "data")))
 
@@ -329,8 +340,6 @@ class Study:
         naive = f"res-naive-s{seed}"
         row = self.finished(naive)
         if row is None:
-            from vitkit.commands.eval import evaluate_checkpoint
-
             result = evaluate_checkpoint(init, self.plan.data, "val",
                                          img_size=2 * self.plan.img_size,
                                          root=self.plan.extra.get("data_root", "data"))
@@ -343,6 +352,17 @@ class Study:
                      f"not fine-tuned: top-1 {row['top1']:.4f}")
         self.rows.append(row)
         self.release(low)
+
+
+def default_source(data: str) -> str | None:
+    """Fashion-MNIST for the digits when its files are installed (a disjoint source)."""
+    if not data.startswith("digits"):
+        return None
+    try:
+        find_idx_folder("fashion-mnist", "data")
+    except ValueError:
+        return None
+    return "fashion-mnist"
 
 
 def plan_dict(plan: StudyPlan) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import logging
 import math
 import shutil
@@ -27,29 +28,22 @@ from torch.utils.data import DataLoader
 from torchvision.transforms import v2
 from tqdm import tqdm
 
-from vitkit.checkpoints.io import atomic_write, load_model, save_model
-from vitkit.checkpoints.writing import remove_stale_temporaries
+from vitkit.checkpoints.io import load_model, save_model
 from vitkit.data.datasets import load_split
 from vitkit.data.transforms import Transformed, eval_transform, sample_seed, train_transform
 from vitkit.diagnose import diagnose_run, start_of_run, to_json
 from vitkit.errors import CheckpointError, ConfigError, VitkitError
 from vitkit.models.cnn import create_cnn, is_cnn
 from vitkit.models.registry import create_model
+from vitkit.recipe import cosine_lr, plan_run
 from vitkit.train import config as config_io
 from vitkit.train import distributed
 from vitkit.train.config import TrainConfig
 from vitkit.train.distill import distillation_loss
 from vitkit.train.runlog import RunLog
+from vitkit.util.files import atomic_write, remove_stale_temporaries
 
 logger = logging.getLogger("vitkit")
-
-
-def cosine_lr(step: int, total: int, warmup: int, base: float, floor: float = 0.0) -> float:
-    """Linear warmup from ~0 to ``base`` over ``warmup`` steps, then cosine down to ``floor``."""
-    if step < warmup:
-        return base * (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return floor + (base - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 class NonFiniteLoss(VitkitError, RuntimeError):
@@ -239,7 +233,8 @@ def _load_state(path: Path) -> dict:
 
 def _remove_if_empty_run(run_dir: Path) -> None:
     """A run that failed before training leaves no folder holding only its log and config."""
-    if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {"train.log", "config.yaml"}:
+    if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {"train.log", "config.yaml",
+                                                                     "run.json"}:
         shutil.rmtree(run_dir, ignore_errors=True)
         logger.info("removed %s: the run failed before it trained", run_dir)
 
@@ -326,8 +321,15 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
     if train_split.skipped:
         log.line(f"skipped {len(train_split.skipped)} unreadable images: "
                  + ", ".join(train_split.skipped))
+    plan = plan_run(cfg.to_dict(), len(train_split), num_classes, ctx.world)
+    if plan.steps_per_epoch == 0:
+        raise ConfigError(f"{len(train_split)} training images cannot fill one global batch of "
+                          f"{plan.global_batch}; lower --batch-size or --accum-steps")
+    if ctx.main:
+        text = json.dumps(plan.to_dict(), indent=2) + "\n"
+        atomic_write(run_dir / "run.json", lambda tmp: tmp.write_text(text))
     if state is None:  # the doctor's word on the plan, once, before the first step
-        for finding in start_of_run(cfg.to_dict(), len(train_split), num_classes):
+        for finding in start_of_run(cfg.to_dict(), plan):
             if finding.level != "ok":
                 log.line(f"doctor: {finding.level}: {finding.summary}. Fix: {finding.fix}")
 
@@ -347,23 +349,13 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
         teacher = load_model(cfg.teacher).to(ctx.device).eval().requires_grad_(False)
     net = DistributedDataParallel(raw) if ctx.world > 1 else raw
 
-    global_batch = cfg.batch_size * ctx.world * cfg.accum_steps
-    base_lr = cfg.lr * global_batch / 512
-    opt = torch.optim.AdamW(param_groups(raw, cfg.weight_decay, cfg.layer_decay), lr=base_lr)
+    opt = torch.optim.AdamW(param_groups(raw, cfg.weight_decay, cfg.layer_decay), lr=plan.lr)
     if state is not None:
         opt.load_state_dict(state["optimizer"])
-    steps_per_epoch = config_io.steps_per_epoch(len(train_split), cfg.batch_size,
-                                                cfg.accum_steps, ctx.world)
-    if steps_per_epoch == 0:
-        raise ConfigError(f"{len(train_split)} training images cannot fill one global batch of "
-                         f"{global_batch}; lower --batch-size or --accum-steps")
-    epochs = math.ceil(cfg.steps / steps_per_epoch) if cfg.steps > 0 else cfg.epochs
-    total, warmup = config_io.schedule(steps_per_epoch, cfg.steps, cfg.epochs, cfg.warmup_steps,
-                                       cfg.warmup_epochs)
     log.line(f"model {cfg.model}{' from ' + cfg.init if cfg.init else ''}: "
              f"{sum(p.numel() for p in raw.parameters()):,} parameters; {ctx.world} process(es) "
-             f"on {ctx.device}; global batch {global_batch}, lr {base_lr:.3g}, "
-             f"{steps_per_epoch} steps/epoch")
+             f"on {ctx.device}; global batch {plan.global_batch}, lr {plan.lr:.3g}, "
+             f"{plan.steps_per_epoch} steps/epoch")
 
     run = _Run(
         cfg=cfg, ctx=ctx, run_dir=run_dir, log=log, raw=raw, net=net,
@@ -374,9 +366,9 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
         val_loader=_val_loader(val_split, cfg, ctx), mixer=_mixer(cfg, num_classes),
         autocast=torch.autocast("cuda", dtype=torch.bfloat16) if ctx.device.type == "cuda"
         else torch.autocast("cpu", enabled=False),
-        num_classes=num_classes, train_images=len(train_split), global_batch=global_batch,
-        base_lr=base_lr, steps_per_epoch=steps_per_epoch, epochs=epochs,
-        total=total, warmup=warmup,
+        num_classes=num_classes, train_images=len(train_split), global_batch=plan.global_batch,
+        base_lr=plan.lr, steps_per_epoch=plan.steps_per_epoch, epochs=plan.epochs,
+        total=plan.total_steps, warmup=plan.warmup_steps,
         show=(sys.stderr.isatty() if progress is None else progress) and ctx.main,
     )
     if state is not None:

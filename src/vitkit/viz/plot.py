@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from vitkit.explain.metrics import upsample
+from vitkit.util.grids import upsample
 
 
 def subplots(*args, figsize=None, **kwargs):

@@ -8,7 +8,7 @@ import html
 import os
 from pathlib import Path
 
-from vitkit.checkpoints.io import atomic_write
+from vitkit.util.files import atomic_write
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }

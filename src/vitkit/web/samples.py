@@ -13,6 +13,7 @@ from pathlib import Path
 
 from PIL import Image
 
+from vitkit.data.digits import cluttered_digits
 from vitkit.data.images import IMAGE_SUFFIXES
 
 log = logging.getLogger("vitkit")
@@ -44,8 +45,6 @@ def _photos() -> list[Sample]:
 
 
 def _digits(n: int = 6) -> list[Sample]:
-    from vitkit.data.digits import cluttered_digits
-
     def load(i: int):
         d = cluttered_digits(n, "val", canvas=32, align=4, seed=99)
         picture = (d.images[i].permute(1, 2, 0).numpy() * 255).round().astype("uint8")

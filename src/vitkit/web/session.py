@@ -3,7 +3,8 @@
 An image is analysed once: preprocessed as every command does it, one forward with every
 layer's maps. What the page asks next (another layer, head or patch, a method, the curves, the
 per-head numbers, the causal tables) is computed by :mod:`vitkit.explain` from that analysis
-and kept in a bounded LRU cache (bytes and entries), so repeated interactions cost a lookup.
+and kept in a bounded LRU cache (:mod:`vitkit.web.cache`: bytes and entries), so repeated
+interactions cost a lookup.
 
 All model work runs under one lock: hooks (Grad-CAM, head ablation, token norms) are
 per-model, and two threads must never see each other's. Nothing here knows about HTTP.
@@ -12,10 +13,10 @@ per-model, and two threads must never see each other's. Nothing here knows about
 from __future__ import annotations
 
 import hashlib
-import logging
+import io
+import json
 import math
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,59 +30,13 @@ from vitkit.errors import VitkitError
 from vitkit.explain import causal, stats
 from vitkit.explain.attention import HEAD_FUSIONS
 from vitkit.explain.methods import METHODS, applicable
-
-log = logging.getLogger("vitkit")
-
-NO_HEAD = ("the checkpoint has no classifier head (it gives features, num_classes=0), so "
-           "there is no class to explain")
+from vitkit.models.cnn import is_cnn
+from vitkit.web import checks
+from vitkit.web.cache import LRU, cache_budget, nbytes
 
 
 class NotFound(VitkitError):
     """An image id the explorer does not hold (never seen, or evicted from the cache)."""
-
-
-class LRU:
-    """A thread-safe least-recently-used cache bounded in bytes and in entries."""
-
-    def __init__(self, max_bytes: int, max_entries: int) -> None:
-        self.max_bytes, self.max_entries = max_bytes, max_entries
-        self._items: OrderedDict[tuple, tuple[object, int]] = OrderedDict()
-        self._lock = threading.Lock()
-        self.bytes = 0
-
-    def get(self, key: tuple):
-        with self._lock:
-            if key not in self._items:
-                return None
-            self._items.move_to_end(key)
-            return self._items[key][0]
-
-    def put(self, key: tuple, value, nbytes: int) -> None:
-        with self._lock:
-            if key in self._items:
-                self.bytes -= self._items.pop(key)[1]
-            self._items[key] = (value, nbytes)
-            self.bytes += nbytes
-            while len(self._items) > 1 and (self.bytes > self.max_bytes
-                                            or len(self._items) > self.max_entries):
-                _, (_, size) = self._items.popitem(last=False)
-                self.bytes -= size
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-
-def nbytes(value) -> int:
-    """Approximate memory of a cached value: tensors and arrays counted, the rest 1 KB."""
-    if isinstance(value, torch.Tensor):
-        return value.element_size() * value.nelement()
-    if isinstance(value, np.ndarray):
-        return value.nbytes
-    if isinstance(value, dict):
-        return sum(nbytes(v) for v in value.values()) + 1024
-    if isinstance(value, list | tuple):
-        return sum(nbytes(v) for v in value) + 1024
-    return 1024
 
 
 @dataclass
@@ -104,7 +59,7 @@ class Explorer:
 
     def __init__(self, model, *, cache_mb: int = 512, max_pixels: int = 40_000_000,
                  max_entries: int = 256, name: str | None = None) -> None:
-        if not hasattr(model, "blocks"):
+        if is_cnn(model):
             raise VitkitError(f"the explorer looks inside a ViT; this checkpoint is a CNN "
                               f"({model.cfg.arch}). Use `vitkit predict` for its predictions.")
         self.model = model.eval()
@@ -114,19 +69,11 @@ class Explorer:
             f"ViT depth {c.depth}, width {c.embed_dim}, patch {c.patch_size}"
         self.size, self.mean, self.std = preprocessing(model)
         self.max_pixels = max_pixels
-        # one image's maps, the model view and a few results must fit, or every view is
-        # evicted by its own results: raise the bound (and say so) rather than fail later
         t = self.cfg.num_prefix_tokens + self.grid[0] * self.grid[1]
         view_bytes = 4 * self.depth * self.heads * t * t  # float32 (layers, heads, T, T)
-        limit = cache_mb * 2**20
-        if limit < 3 * view_bytes:
-            limit = 3 * view_bytes
-            log.warning("the cache of %d MB cannot hold one image's maps (%d MB); it holds "
-                        "%d MB instead (--cache-mb)", cache_mb, view_bytes // 2**20,
-                        limit // 2**20)
-        self.cache = LRU(limit, max_entries)
+        self.cache = LRU(cache_budget(cache_mb, view_bytes), max_entries)
         self.lock = threading.Lock()  # one model, one computation at a time
-        self.has_head = self.cfg.num_classes > 0
+        self.has_classifier = self.cfg.num_classes > 0
 
     # ----------------------------------------------------------------------- what it is
     @property
@@ -142,29 +89,19 @@ class Explorer:
         return self.cfg.grid_size
 
     def class_names(self) -> list[str]:
-        names = self.cfg.extra.get("class_names")
-        n = self.cfg.num_classes
-        return list(names)[:n] if names and len(names) >= n else [f"class {i}" for i in range(n)]
+        """The ``num_classes`` class names (the checkpoint's, or "class i")."""
+        return checks.class_names(self.cfg)
 
     def token_names(self) -> list[str]:
         """Names of the prefix tokens, in sequence order ([CLS], [DIST], [REG0], ...)."""
-        names = (["[CLS]"] if self.cfg.class_token else []) + \
-            (["[DIST]"] if self.cfg.distilled else [])
-        return names + [f"[REG{i}]" for i in range(self.cfg.num_reg_tokens)]
+        return checks.token_names(self.cfg)
 
     def unavailable(self) -> dict[str, str]:
-        """Methods (and views) that do not apply to this model, with the reason."""
-        out = {}
-        for name, m in METHODS.items():
-            if name not in applicable(self.cfg):
-                out[name] = ("the model has no [CLS] readout (it pools by "
-                             f"{'average' if self.cfg.pool == 'avg' else 'attention'})"
-                             if m.needs_cls else "the model has no MAP head (attention pooling)")
-            elif m.gradients and not self.has_head:
-                out[name] = NO_HEAD
-        return out
+        """Methods (and views) that do not apply to this model -> the reason."""
+        return checks.unavailable_methods(self.cfg, self.has_classifier)
 
     def info(self) -> dict:
+        """What the page shows of the model: sizes, names, methods (JSON-ready)."""
         unavailable = self.unavailable()
         return dict(
             name=self.name,
@@ -173,7 +110,7 @@ class Explorer:
             prefix_tokens=self.token_names(), classes=self.class_names(),
             methods={name: m.summary for name, m in METHODS.items()},
             applicable=[m for m in applicable(self.cfg) if m not in unavailable],
-            unavailable=unavailable, has_head=self.has_head,
+            unavailable=unavailable, has_classifier=self.has_classifier,
             fusions=list(HEAD_FUSIONS),
         )
 
@@ -210,61 +147,23 @@ class Explorer:
         return view
 
     def view(self, image_id: str) -> View:
+        """The analysed image ``image_id`` (:attr:`View.id`); NotFound when not held."""
         found = self.cache.get(("view", image_id))
         if found is None:
             raise NotFound(f"no image {image_id!r} here (never sent, or dropped from the "
                            "cache): send the image again")
         return found
 
-    # ---------------------------------------------------------------------- checking
-    def check_layer(self, layer: int) -> int:
-        if not -self.depth <= layer < self.depth:
-            raise VitkitError(f"layer {layer} does not exist: the model has {self.depth} "
-                              f"layers (0..{self.depth - 1})")
-        return layer % self.depth
-
-    def check_head(self, head: str) -> int | str:
-        """A head index (as text or int) or a fusion named explicitly."""
-        if isinstance(head, str) and head in HEAD_FUSIONS:
-            return head
-        try:
-            index = int(head)
-        except (TypeError, ValueError):
-            index = None
-        if index is None or not 0 <= index < self.heads:
-            raise VitkitError(f"head {head!r} does not exist: the model has {self.heads} heads "
-                              f"per layer (0..{self.heads - 1}); or fuse them by name: "
-                              f"{', '.join(HEAD_FUSIONS)}")
-        return index
-
-    def check_class(self, target: int | None, view: View) -> int:
-        if not self.has_head:
-            raise VitkitError(NO_HEAD)
-        n = view.logits.shape[-1]
-        if target is None:
-            return int(view.logits.argmax())
-        if not 0 <= target < n:
-            raise VitkitError(f"class {target} does not exist: the model has {n} classes "
-                              f"(0..{n - 1})")
-        return target
-
-    def check_rollout(self, residual: float, fusion: str, discard_ratio: float) -> None:
-        if not (0 <= residual <= 1 and 0 <= discard_ratio < 1):  # NaN fails both
-            raise VitkitError(f"residual must be in [0, 1] and discard ratio in [0, 1); got "
-                              f"{residual} and {discard_ratio}")
-        if fusion not in HEAD_FUSIONS:
-            raise VitkitError(f"fusion must be one of {', '.join(HEAD_FUSIONS)}, got {fusion!r}")
-
-    def check_method(self, method: str) -> str:
-        if method not in METHODS:
-            raise VitkitError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-        if method in self.unavailable():
-            raise VitkitError(f"{method!r} does not apply: {self.unavailable()[method]}; "
-                              f"methods that apply: {', '.join(applicable(self.cfg))}")
-        return method
-
     # ---------------------------------------------------------------------- what it shows
+    def _layer_head(self, layer: int, head: int | str) -> tuple[int, int | str]:
+        return checks.layer_index(layer, self.depth), checks.head_choice(head, self.heads)
+
+    def _class(self, target: int | None, view: View) -> int:
+        return checks.class_index(target, view.logits, self.has_classifier)
+
     def _cached(self, key: tuple, compute: Callable, locked: bool = True):
+        """The value under ``key``, or ``compute()`` stored there (under the model lock when
+        ``locked``: it runs the model or sets hooks)."""
         found = self.cache.get(key)
         if found is not None:
             return found
@@ -280,7 +179,7 @@ class Explorer:
         return value
 
     def top(self, view: View, k: int = 5) -> list[dict]:
-        if not self.has_head:
+        if not self.has_classifier:
             return []
         probs = view.logits[0].softmax(-1)
         values, idx = probs.topk(min(k, probs.numel()))
@@ -295,9 +194,7 @@ class Explorer:
 
     def fused_view(self, view: View, fusion: str) -> torch.Tensor:
         """(layers, gh, gw): the model view's heads fused by name (mean, max or min)."""
-        if fusion not in HEAD_FUSIONS:
-            raise VitkitError(f"fusion must be one of {', '.join(HEAD_FUSIONS)}, got {fusion!r}")
-        return explain.fuse_heads(self.model_view(view), fusion)
+        return explain.fuse_heads(self.model_view(view), checks.fusion_name(fusion))
 
     def rollout_matrix(self, view: View, residual: float, fusion: str,
                        discard_ratio: float) -> torch.Tensor:
@@ -309,13 +206,9 @@ class Explorer:
     def token_row(self, view: View, token: int, layer: int, head, *, residual: float = 0.5,
                   fusion: str = "mean", discard_ratio: float = 0.0) -> dict:
         """Where ``token`` looks at ``layer`` and ``head`` (T,), and its rollout row (T,)."""
-        t = view.maps[0].shape[-1]
-        if not 0 <= token < t:
-            raise VitkitError(f"token {token} does not exist: the image has {t} tokens "
-                              f"(0..{t - 1}; {len(self.token_names())} prefix tokens, then the "
-                              f"{self.grid[0]}x{self.grid[1]} patches row by row)")
-        layer, head = self.check_layer(layer), self.check_head(head)
-        self.check_rollout(residual, fusion, discard_ratio)
+        checks.token_index(token, view.maps[0].shape[-1], len(self.token_names()), self.grid)
+        layer, head = self._layer_head(layer, head)
+        checks.rollout_settings(residual, fusion, discard_ratio)
         row = explain.token_attention(view.maps, token, layer, head)[0]
         roll = self.rollout_matrix(view, residual, fusion, discard_ratio)[token]
         return dict(row=row, rollout=roll)
@@ -323,21 +216,22 @@ class Explorer:
     def explained_class(self, shown) -> int | None:
         """The class ``shown`` (a :meth:`method_map`) explains: None for a class-agnostic map
         (rollout, [CLS] attention) and for a model without a classifier head."""
-        return int(shown.target[0]) if self.has_head and METHODS[shown.method].gradients else None
+        explains = self.has_classifier and METHODS[shown.method].gradients
+        return int(shown.target[0]) if explains else None
 
     def method_map(self, view: View, method: str, target: int | None, *, layer: int = -1,
                    head="mean", residual: float = 0.5, fusion: str = "mean",
                    discard_ratio: float = 0.0) -> explain.Explanation:
         """``method``'s (gh, gw) map for ``target`` (the prediction when None)."""
-        method = self.check_method(method)
-        layer, head = self.check_layer(layer), self.check_head(head)
+        method = checks.method_name(method, self.cfg, self.unavailable())
+        layer, head = self._layer_head(layer, head)
         m = METHODS[method]
         if m.gradients:
-            target = self.check_class(target, view)
+            target = self._class(target, view)
         elif target is not None:  # a class-agnostic map; a class that does not exist is
-            self.check_class(target, view)  # still a mistake to report
+            self._class(target, view)  # still a mistake to report
             target = None
-        self.check_rollout(residual, fusion, discard_ratio)
+        checks.rollout_settings(residual, fusion, discard_ratio)
         used = dict(layer=layer, head=head, residual=residual, discard_ratio=discard_ratio,
                     head_fusion=fusion)
         key_opts = tuple(sorted((k, v) for k, v in used.items() if k in m.options))
@@ -349,10 +243,11 @@ class Explorer:
     def faithfulness(self, view: View, method: str, target: int | None, steps: int = 16,
                      **options) -> dict:
         """Deletion and insertion curves of ``method``'s map and of a random map."""
+        # torchvision (the train extra) blurs the inserted image: optional for the explorer
         from vitkit.explain.metrics import deletion_insertion, random_maps
 
-        if not self.has_head:
-            raise VitkitError(NO_HEAD)
+        if not self.has_classifier:
+            raise VitkitError(checks.NO_HEAD)
         shown = self.method_map(view, method, target, **options)
         cls = int(shown.target[0])
         key = ("faith", view.id, method, cls, tuple(sorted(options.items())), steps)
@@ -387,10 +282,8 @@ class Explorer:
     def causal(self, view: View, target: int | None, measure: str = "logit") -> dict:
         """The logit lens (per layer: the target's probability, the top class) and every
         head's importance for ``target``."""
-        target = self.check_class(target, view)
-        if measure not in causal.MEASURES:
-            raise VitkitError(f"measure must be one of {', '.join(causal.MEASURES)}, got "
-                              f"{measure!r}")
+        target = self._class(target, view)
+        checks.measure_name(measure)
 
         def compute():
             lens = causal.logit_lens(self.model, view.x)[:, 0]  # (L, C)
@@ -401,3 +294,27 @@ class Explorer:
                         lens_prob=probs[:, target], lens_top=probs.argmax(-1),
                         lens_top_names=[names[int(i)] for i in probs.argmax(-1)])
         return self._cached(("causal", view.id, target, measure), compute)
+
+    # ---------------------------------------------------------------------- what it exports
+    def export_arrays(self, view: View, method: str, target: int | None,
+                      settings: dict | None = None, **options) -> dict[str, np.ndarray]:
+        """What the page shows of ``view``, as arrays: ``picture`` (H, W, 3) uint8, ``logits``
+        (classes,), ``heads`` (layers, heads, gh, gw), ``attention`` (layers, heads, T, T),
+        ``method_map`` (gh, gw) of ``method`` for ``target`` with ``options`` (as
+        :meth:`method_map`), ``target`` () the class it was computed for, and ``settings`` ()
+        the JSON text of ``settings`` (what the page asked for)."""
+        shown = self.method_map(view, method, target, **options)
+        return dict(
+            picture=view.picture, logits=view.logits[0].numpy(),
+            heads=self.model_view(view).numpy(),
+            attention=np.stack([m[0].numpy() for m in view.maps]),
+            method_map=shown.map[0].numpy(), target=np.array(int(shown.target[0])),
+            settings=np.array(json.dumps(settings or {})))
+
+    def export_npz(self, view: View, method: str, target: int | None,
+                   settings: dict | None = None, **options) -> bytes:
+        """:meth:`export_arrays` as the bytes of a compressed ``.npz`` file."""
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **self.export_arrays(view, method, target, settings,
+                                                      **options))
+        return buf.getvalue()

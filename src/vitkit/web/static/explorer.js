@@ -184,7 +184,7 @@ async function showView(v) {
   const fusion = $("fusion-column").value;
   if (fusion) await loadFused(fusion);
   $("top5").innerHTML = "";
-  if (!S.model.has_head) $("top5").textContent = "this checkpoint has no classifier head (features only): no classes to show or explain";
+  if (!S.model.has_classifier) $("top5").textContent = "this checkpoint has no classifier head (features only): no classes to show or explain";
   for (const t of v.top) {
     const li = document.createElement("li");
     li.textContent = `${t.name} ${(100 * t.prob).toFixed(1)}%`;
@@ -467,7 +467,7 @@ async function start() {
   for (const id of ["token-row", "token-rollout"]) fitCanvas($(id), 224);
   buildMethods();
 
-  if (!m.has_head) {
+  if (!m.has_classifier) {
     for (const id of ["target", "faith-run", "causal-run"]) $(id).disabled = true;
     $("faith-text").textContent = $("lens-text").textContent = "not available: the checkpoint has no classifier head";
   }
@@ -501,7 +501,7 @@ async function start() {
   $("faith-run").addEventListener("click", () => quietly(runFaithfulness()));
   $("causal-run").addEventListener("click", async () => {
     $("causal-run").disabled = true;  // one at a time: each is many forwards of the model
-    try { await quietly(runCausal()); } finally { $("causal-run").disabled = !m.has_head; }
+    try { await quietly(runCausal()); } finally { $("causal-run").disabled = !m.has_classifier; }
   });
   $("export-png").addEventListener("click", () => {
     const c = $("main"), out = document.createElement("canvas");

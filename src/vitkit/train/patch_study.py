@@ -1,0 +1,72 @@
+"""The patch-size study (``vitkit study --mode patch``): one ViT per patch size (and image
+size) on the full data, the same steps and warmup as every study run
+(:func:`vitkit.recipe.study_run`); accuracy against FLOPs per image."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from vitkit.checkpoints.io import load_model
+from vitkit.errors import ConfigError
+from vitkit.models.cost import flop_model
+from vitkit.recipe import STUDY_WARMUP, study_base, study_budget
+from vitkit.train.config import resolve
+from vitkit.train.trainer import train
+
+
+@dataclass
+class PatchStudyOptions:
+    """The patch-size study's options (``--mode patch``)."""
+
+    data: str = "digits"
+    img_size: int = 16
+    vit: str = "vit_micro_patch4_32"
+    steps: int = 200
+    batch_size: int = 64
+    lr: float = 8e-3
+    patch_sizes: tuple[int, ...] = (2, 4, 8)
+    img_sizes: tuple[int, ...] = ()
+    warmup: float = STUDY_WARMUP  # share of every run's steps spent in linear warmup
+    out: str = "runs/study"
+
+
+def _check(opts: PatchStudyOptions) -> None:
+    for name in ("steps", "batch_size", "img_size"):
+        if getattr(opts, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be 1 or more, got "
+                              f"{getattr(opts, name)}")
+    if not opts.patch_sizes or min(opts.patch_sizes) < 1:
+        raise ConfigError(f"--patch-sizes must be 1 or more, got {list(opts.patch_sizes)}")
+    if not 0 <= opts.warmup < 1:  # NaN fails too
+        raise ConfigError(f"--warmup is a share of each run's steps in [0, 1), got "
+                          f"{opts.warmup}")
+    if not 0 <= opts.warmup < 1:  # NaN fails too
+        raise ConfigError(f"--warmup is a share of each run's steps in [0, 1), got "
+                          f"{opts.warmup}")
+
+
+def run_patch_study(opts: PatchStudyOptions, say: Callable[[str], None] = print) -> list[dict]:
+    """One ViT per (patch size, image size) on the full data, same steps: accuracy vs FLOPs."""
+    _check(opts)
+    rows = []
+    for img in opts.img_sizes or (opts.img_size,):
+        for patch in opts.patch_sizes:
+            if img % patch:
+                say(f"skipping patch {patch} at {img}px: {img} is not a multiple of {patch}")
+                continue
+            name = f"patch{patch}-img{img}"
+            start = time.perf_counter()
+            base = study_base(data=opts.data, model=opts.vit, img_size=img, patch_size=patch,
+                              batch_size=opts.batch_size, lr=opts.lr, out=opts.out, name=name)
+            result = train(resolve({**base, **study_budget(opts.steps, opts.warmup)}))
+            model = load_model(result.run_dir / "last.safetensors", verbose=False)
+            cost = flop_model(model.cfg)
+            rows.append(dict(patch=patch, img_size=img, tokens=cost.tokens,
+                             gflops=round(cost.flops / 1e9, 4),
+                             top1=result.history[-1]["val_top1"],
+                             seconds=round(time.perf_counter() - start, 1)))
+            say(f"patch {patch} at {img}px: {cost.tokens} tokens, {cost.flops / 1e9:.3f} "
+                f"GFLOPs, top-1 {rows[-1]['top1']:.4f}")
+    return rows

@@ -1,0 +1,198 @@
+"""The explorer's API routes: each reads its query (:class:`~vitkit.web.query.Query`), calls the
+:class:`~vitkit.web.session.Explorer` (which calls :mod:`vitkit.explain`) and encodes the answer.
+
+Arrays travel as ``{"shape": [...], "b64": float32 little-endian bytes}`` (:func:`encode`); the
+page decodes them into typed arrays. The picture travels the same way as uint8 values.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
+
+from vitkit.errors import VitkitError
+from vitkit.explain.attention import HEAD_FUSIONS
+from vitkit.explain.causal import MEASURES
+from vitkit.web.query import BadQuery, Query
+from vitkit.web.samples import Sample
+from vitkit.web.session import Explorer, View
+
+SEND_AN_IMAGE = "send an image first (POST /api/image)"
+WHICH_TOKEN = "which token's row (0 = the first prefix token, then the patches row by row)"
+
+
+def encode(t: torch.Tensor | np.ndarray) -> dict:
+    """An array of any shape -> {"shape": [...], "b64": its float32 little-endian bytes}."""
+    a = t.detach().cpu().float().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
+    a = np.ascontiguousarray(a, dtype="<f4")
+    return {"shape": list(a.shape), "b64": base64.b64encode(a.tobytes()).decode()}
+
+
+def encode_picture(picture: np.ndarray) -> dict:
+    """An (H, W, 3) image -> {"shape": [H, W, 3], "b64": its uint8 bytes}."""
+    pic = np.ascontiguousarray(picture, dtype=np.uint8)
+    return {"shape": list(pic.shape), "b64": base64.b64encode(pic.tobytes()).decode()}
+
+
+def view_answer(explorer: Explorer, view: View, label: str) -> dict:
+    """What the page first shows of an image: its id, the top classes, the prediction, the
+    object's box, the picture the model sees and every head's readout (layers, heads, gh, gw)."""
+    return dict(
+        image=view.id, label=label, top=explorer.top(view),
+        predicted=int(view.logits.argmax()), box=list(view.box) if view.box else None,
+        picture=encode_picture(view.picture), heads=encode(explorer.model_view(view)))
+
+
+def map_options(q: Query) -> dict:
+    """The map settings a request may name (layer, head, rollout's residual, head fusion and
+    discard ratio), as keyword arguments of :meth:`Explorer.method_map`."""
+    return dict(layer=q.integer("layer", -1), head=q.text("head", "mean"),
+                residual=q.number("residual", 0.5, lo=0, hi=1),
+                fusion=q.choice("fusion", HEAD_FUSIONS, "mean"),
+                discard_ratio=q.number("discard", 0.0, lo=0, hi=1, hi_open=True,
+                                       what="a discard ratio"))
+
+
+async def uploaded_bytes(request: Request) -> bytes:
+    """The image a POST carries: the body itself, or the first file of a multipart form. The
+    body is read through the app's guard, which refuses it past the size cap."""
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        return await request.body()
+    async with request.form() as form:
+        files = [v for v in form.values() if isinstance(v, UploadFile)]
+        if not files:
+            raise VitkitError("the form holds no file: send the image as the field 'file'")
+        return await files[0].read()
+
+
+def load_sample(sample: Sample):
+    """``sample.load()``: (bytes or an RGB PIL image, its box or None); a read error is the
+    user's (a file of --images gone or unreadable)."""
+    try:
+        return sample.load()
+    except OSError as err:
+        raise VitkitError(f"cannot read sample {sample.label}: {err}") from err
+
+
+class Api:
+    """The API routes of ``explorer`` and the sample table ``samples``, as bound methods; see
+    :meth:`table` for their URLs."""
+
+    def __init__(self, explorer: Explorer, samples: list[Sample]) -> None:
+        self.explorer, self.samples = explorer, samples
+
+    def table(self) -> list[tuple[str, str, Callable]]:
+        """(HTTP method, URL, handler) of every route."""
+        return [
+            ("GET", "/api/model", self.model_info),
+            ("POST", "/api/image", self.upload),
+            ("POST", "/api/sample", self.sample),
+            ("GET", "/api/view", self.first_view),
+            ("GET", "/api/heads", self.fused_heads),
+            ("GET", "/api/token", self.token_row),
+            ("GET", "/api/method", self.method_map),
+            ("GET", "/api/faithfulness", self.faithfulness),
+            ("GET", "/api/stats", self.head_stats),
+            ("GET", "/api/causal", self.causal),
+            ("GET", "/api/export.npz", self.export),
+        ]
+
+    def _view(self, q: Query) -> View:
+        return self.explorer.view(q.text("image", missing=SEND_AN_IMAGE))
+
+    # ------------------------------------------------------------------------ images in
+    def model_info(self) -> dict:
+        samples = [dict(id=i, group=s.group, label=s.label) for i, s in enumerate(self.samples)]
+        return {**self.explorer.info(), "samples": samples}
+
+    async def upload(self, request: Request) -> dict:
+        data = await uploaded_bytes(request)
+        view = await run_in_threadpool(self.explorer.add, data, "the uploaded file")
+        return view_answer(self.explorer, view, "uploaded image")
+
+    async def sample(self, request: Request) -> dict:
+        q = Query(request.query_params)
+        index, n = q.integer("id", label="sample id"), len(self.samples)
+        if index is None or not 0 <= index < n:
+            raise BadQuery(f"sample {q.params.get('id')!r} does not exist: there are {n} "
+                           f"samples (0..{n - 1})")
+        s = self.samples[index]
+        data, box = load_sample(s)
+        if isinstance(data, bytes):
+            view = await run_in_threadpool(self.explorer.add, data, s.label, box)
+        else:
+            view = await run_in_threadpool(self.explorer.add_image, data, box)
+        return view_answer(self.explorer, view, s.label)
+
+    # ---------------------------------------------------------------------- what it shows
+    def first_view(self, request: Request) -> dict:
+        return view_answer(self.explorer, self._view(Query(request.query_params)), "")
+
+    def fused_heads(self, request: Request) -> dict:
+        q = Query(request.query_params)
+        view = self._view(q)
+        return dict(map=encode(self.explorer.fused_view(view, q.choice("fusion", HEAD_FUSIONS))))
+
+    def token_row(self, request: Request) -> dict:
+        q = Query(request.query_params)
+        view, o = self._view(q), map_options(q)
+        token = q.integer("query", missing=WHICH_TOKEN)
+        rows = self.explorer.token_row(view, token, o["layer"], o["head"], residual=o["residual"],
+                                       fusion=o["fusion"], discard_ratio=o["discard_ratio"])
+        return dict(token=token, row=encode(rows["row"]), rollout=encode(rows["rollout"]))
+
+    def method_map(self, request: Request) -> dict:
+        q = Query(request.query_params)
+        view = self._view(q)
+        shown = self.explorer.method_map(view, q.text("method", "rollout"), q.integer("target"),
+                                         **map_options(q))
+        target = self.explorer.explained_class(shown)
+        name = self.explorer.class_names()[target] if target is not None else None
+        return dict(method=shown.method, target=target, target_name=name,
+                    map=encode(shown.map[0]))
+
+    def faithfulness(self, request: Request) -> dict:
+        q = Query(request.query_params)
+        view = self._view(q)
+        steps = q.integer("steps", 16, lo=2, hi=64)
+        r = self.explorer.faithfulness(view, q.text("method", "rollout"), q.integer("target"),
+                                       steps, **map_options(q))
+        curves = ("fractions", "deletion", "insertion", "deletion_auc", "insertion_auc")
+        return dict(target=r["target"], **{k: r[k].tolist() for k in curves},
+                    rows=["map", "random"])
+
+    def head_stats(self, request: Request) -> dict:
+        s = self.explorer.head_stats(self._view(Query(request.query_params)))
+        return dict(entropy=encode(s["entropy"]), distance=encode(s["distance"]),
+                    uniform_distance=s["uniform_distance"], max_entropy=s["max_entropy"],
+                    norms=encode(s["norms"]), outliers=s["outliers"])
+
+    def causal(self, request: Request) -> dict:
+        q = Query(request.query_params)
+        view = self._view(q)
+        c = self.explorer.causal(view, q.integer("target"), q.choice("measure", MEASURES, "logit"))
+        return dict(target=c["target"], measure=c["measure"],
+                    importance=encode(c["importance"]), lens_prob=c["lens_prob"].tolist(),
+                    lens_top=c["lens_top"].tolist(), lens_top_names=c["lens_top_names"])
+
+    # ---------------------------------------------------------------------- what it exports
+    def export(self, request: Request) -> Response:
+        q = Query(request.query_params)
+        view, options = self._view(q), map_options(q)
+        data = self.explorer.export_npz(view, q.text("method", "rollout"), q.integer("target"),
+                                        q.settings(), **options)
+        return Response(data, media_type="application/octet-stream", headers={
+            "content-disposition": f'attachment; filename="vitkit-{view.id[:8]}.npz"'})
+
+
+def add_routes(app: FastAPI, explorer: Explorer, samples: list[Sample]) -> None:
+    """Add every API route of ``explorer`` and ``samples`` to ``app``."""
+    for method, url, handler in Api(explorer, samples).table():
+        app.add_api_route(url, handler, methods=[method])

@@ -5,6 +5,7 @@ names the input, and nothing already written modified or deleted. A new case is 
 
 import errno
 import hashlib
+import json
 import os
 import random
 import struct
@@ -18,6 +19,8 @@ import numpy as np
 import pytest
 import sklearn.datasets
 from PIL import Image
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
 import vitkit
 from vitkit.cli import main
@@ -68,6 +71,35 @@ def ws(tmp_path_factory):
     (w / "negative.yaml").write_text("epochs: -2\n")
     (w / "unknown.yaml").write_text("learning_rate: 0.1\n")
     (w / "list.yaml").write_text("- lr\n- 0.1\n")
+    (w / "nan.yaml").write_text("lr: .nan\n")
+    (w / "kept.csv").write_text("image,class1\nearlier,result\n")
+    (w / "random.npz").write_bytes(random.Random(1).randbytes(3000))
+    (w / "random_maps.npy").write_bytes(random.Random(2).randbytes(3000))
+    for split in ("train", "val"):  # an image folder with a JPEG cut short in training
+        for c in ("a", "b"):
+            (w / "cut-folder" / split / c).mkdir(parents=True)
+            for i in range(3):
+                Image.open(PHOTOS / "china.jpg").rotate(30 * i).resize((40, 40)).save(
+                    w / "cut-folder" / split / c / f"{i}.jpg")
+    whole = (w / "cut-folder" / "train" / "a" / "0.jpg").read_bytes()
+    (w / "cut-folder" / "train" / "a" / "cut.jpg").write_bytes(whole[: len(whole) * 2 // 3])
+    meta = json.loads(safe_open_metadata(w / "vit.safetensors")["vitkit_config"])
+    save_file(load_file(w / "vit.safetensors"), w / "newer.safetensors",
+              {"format": "pt", "vitkit_config": json.dumps({**meta, "shiny_new_option": 3})})
+    vitkit.export(vitkit.create_model("vit_nano_patch4_32", num_classes=3), w / "hf", to="hf")
+    (w / "hf-no-width").mkdir()
+    for f in (w / "hf").iterdir():
+        (w / "hf-no-width" / f.name).write_bytes(f.read_bytes())
+    config = json.loads((w / "hf" / "config.json").read_text())
+    del config["hidden_size"]
+    (w / "hf-no-width" / "config.json").write_text(json.dumps(config))
+    (w / "hf-bad-json").mkdir()
+    for f in (w / "hf").iterdir():
+        (w / "hf-bad-json" / f.name).write_bytes(f.read_bytes())
+    (w / "hf-bad-json" / "config.json").write_text('{"hidden_size": 48,\n  oops}')
+    (w / "long-rows").mkdir()  # a run folder whose metrics.csv has rows longer than its header
+    (w / "long-rows" / "config.yaml").write_text("model: vit_tiny\nlr: 0.001\n")
+    (w / "long-rows" / "metrics.csv").write_text("epoch,step,train_loss\n1,10,2.0,5,6\n")
     (w / "idx-cut").mkdir()  # MNIST's IDX files, the images cut short
     (w / "idx-cut" / "train-images-idx3-ubyte").write_bytes(
         struct.pack(">4I", 0x803, 60000, 28, 28) + bytes(100))
@@ -83,6 +115,11 @@ def ws(tmp_path_factory):
     state = (run.run_dir / "state.pt").read_bytes()
     (damaged / "state.pt").write_bytes(state[: len(state) // 2])
     return w
+
+
+def safe_open_metadata(path: Path) -> dict:
+    with safe_open(str(path), "pt") as f:
+        return f.metadata()
 
 
 def _offline(monkeypatch):
@@ -262,6 +299,153 @@ CASES = [
     ("bench vit_nano_patch4_32 --steps 0", "--steps must be 1 or more, got 0", None),
     ("bench vit_nano_patch4_32 --img-size 30", "not divisible by patch size 4", None),
     ("bench vit_nope", "unknown model 'vit_nope'", None),
+    # --- every option checked before work starts: finite, in range, known
+    ("train --warmup-epochs inf --out {ws}/runs", "warmup_epochs must be a finite number", None),
+    ("train --lr inf --out {ws}/runs", "lr must be a finite number, got inf", None),
+    ("train --lr nan --out {ws}/runs", "lr must be a finite number, got nan", None),
+    ("train --lr 0 --out {ws}/runs", "lr must be more than 0", None),
+    ("train --lr -1 --out {ws}/runs", "lr must not be negative", None),
+    ("train --config {ws}/nan.yaml --out {ws}/runs", "lr must be a finite number", None),
+    ("train --label-smoothing 2 --out {ws}/runs", "label_smoothing must be at most 0.99", None),
+    ("train --randaugment 100 --out {ws}/runs", "randaugment must be at most 30", None),
+    ("train --img-size 100000 --out {ws}/runs", "img_size must be at most 2048", None),
+    ("train --img-size 0 --out {ws}/runs", "img_size must be 1 or more", None),
+    ("train --device gpu --out {ws}/runs", "device 'gpu' is not one vitkit knows", None),
+    ("train --ema-decay 1 --out {ws}/runs", "ema_decay must be at most", None),
+    ("train --layer-decay 1.5 --out {ws}/runs", "layer_decay must be at most 1.0", None),
+    ("train --distill-tau 0 --out {ws}/runs", "distill_tau must be more than 0", None),
+    ("train --std 0 1 1 --out {ws}/runs", "std must be positive for every channel", None),
+    ("train --mean nan 0 0 --out {ws}/runs", "mean must be a finite number", None),
+    ("train --clip-grad inf --out {ws}/runs", "clip_grad must be a finite number", None),
+    ("train --weight-decay nan --out {ws}/runs", "weight_decay must be a finite number", None),
+    ("train --min-lr -1 --out {ws}/runs", "min_lr must not be negative", None),
+    ("train --epochs 0 --out {ws}/runs", "epochs must be 1 or more, got 0", None),
+    ("train --accum-steps 0 --out {ws}/runs", "accum_steps must be 1 or more", None),
+    ("train --drop-path 1.5 --out {ws}/runs", "drop_path must be between 0 and 1", None),
+    ("train --mixup -1 --out {ws}/runs", "mixup must not be negative", None),
+    ("train --random-erasing 2 --out {ws}/runs", "random_erasing must be between 0 and 1",
+     None),
+    ("train --steps -5 --out {ws}/runs", "steps must not be negative", None),
+    ("train --distill hard --out {ws}/runs", "distillation needs --teacher", None),
+    ("train --distill medium --teacher x --out {ws}/runs", "distill must be 'hard' or 'soft'",
+     None),
+    ("train --recipe nope --out {ws}/runs", "unknown recipe 'nope'", None),
+    ("train --batch-size abc --out {ws}/runs", "invalid int value: 'abc'", None),
+    ("train --data digits:0-20 --out {ws}/runs", "digits:CLASSES takes class numbers 0-9",
+     None),
+    ("train --data imagefolder:{ws}/a-file --out {ws}/runs", "a-file", None),
+    # --- --init and --resume: what cannot apply is refused with the reason
+    ("train --init {ws}/vit.safetensors --patch-size 8 --out {ws}/runs",
+     "--patch-size sets the patches of a model trained from scratch", None),
+    ("train --init {ws}/vit.safetensors --model vit_base_patch16_224 --data digits "
+     "--img-size 32 --steps 1 --out {ws}/runs", "not vit_base_patch16_224: the checkpoint sets "
+     "the architecture", None),
+    ("train --init {ws}/cnn.safetensors --model resnet34 --data digits --img-size 32 --steps 1 "
+     "--out {ws}/runs", "is resnet18, not resnet34", None),
+    ("train --resume {ws}/runs/run --overwrite", "drop the other options (--overwrite)", None),
+    ("train --resume {ws}/runs/run --steps 9", "drop the other options (--steps)", None),
+    ("train --teacher {ws}/random.pth --distill hard --data digits --img-size 16 --steps 1 "
+     "--out {ws}/runs", "random.pth", None),
+    # --- a finished run is never replaced: refused with the choices
+    ("train --data digits --img-size 16 --steps 1 --out {ws}/runs --name run",
+     "{ws}/runs/run already holds a run", None),
+    ("train --data digits --img-size 16 --steps 1 --out {ws}/runs --name run",
+     "--resume {ws}/runs/run", None),
+    ("train --steps 1 --out {ws}/a-file", "{ws}/a-file is a file; a run needs a folder there",
+     None),
+    ("train --steps 1 --out {ws}/runs --name damaged", "already holds a run", None),
+    ("train --data imagefolder:{ws}/cut-folder --img-size 16 --batch-size 2 --steps 12 "
+     "--model vit_nano_patch4_32 --out {ws}/runs",
+     "cannot read image {ws}/cut-folder/train/a/cut.jpg while training", None),
+    # --- checkpoints whose metadata or config says what cannot be read
+    ("convert {ws}/newer.safetensors {ws}/o.safetensors", "describes options this vitkit does "
+     "not know: shiny_new_option", None),
+    ("convert {ws}/hf-no-width {ws}/o.safetensors", "whose config lacks 'hidden_size'", None),
+    ("predict {ws}/hf-bad-json {ws}/good", "{ws}/hf-bad-json/config.json is not valid JSON: "
+     "Expecting property name enclosed in double quotes at line 2", None),
+    ("eval {ws}/vit.safetensors --data digits:0-2 --out {ws}/a-file",
+     "already exists and is not a folder", None),
+    # --- study
+    ("study --epochs inf --out {ws}/study", "--epochs must be a positive finite number", None),
+    ("study --epochs nan --out {ws}/study", "--epochs must be a positive finite number", None),
+    ("study --epochs 0 --out {ws}/study", "--epochs must be a positive finite number", None),
+    ("study --lr inf --out {ws}/study", "--lr must be a positive finite number", None),
+    ("study --warmup 1 --out {ws}/study", "--warmup is a share of each run's steps", None),
+    ("study --warmup nan --out {ws}/study", "--warmup is a share of each run's steps", None),
+    ("study --max-steps -1 --out {ws}/study", "--max-steps must be 0 (no cap) or more", None),
+    ("study --min-steps 0 --out {ws}/study", "--min-steps must be 1 or more", None),
+    ("study --batch-size 0 --out {ws}/study", "--batch-size must be 1 or more", None),
+    ("study --augmentation extreme --out {ws}/study", "invalid choice: 'extreme'", None),
+    ("study --mode patch --patch-sizes 3 --out {ws}/study", "no patch size of [3] divides",
+     None),
+    ("study --mode patch --lr nan --out {ws}/study", "--lr must be a positive finite number",
+     None),
+    ("study --mode patch --warmup -0.5 --out {ws}/study", "--warmup is a share", None),
+    ("study --mode patch --steps 0 --out {ws}/study", "--steps must be 1 or more", None),
+    # --- info, list, convert, resize
+    ("info vit_base_patch16_224 --patch-size 0", "patch_size must be 1 or more, got 0", None),
+    ("info vit_base_patch16_224 --patch-size -4", "patch_size must be 1 or more, got -4", None),
+    ("info vit_base_patch16_224 --patch-size 9", "not divisible by patch size 9", None),
+    ("list zzz", "no registered model name contains 'zzz'", None),
+    ("info vit_base_patch16_224 --img-size 100000", "is 39,062,500 patches; vitkit builds ViTs "
+     "of up to 262,144", None),
+    ("bench vit_base_patch16_224 --img-size 100000", "is 39,062,500 patches", None),
+    ("convert {ws}/vit.safetensors {ws}/o.safetensors --img-size 100000",
+     "is 625,000,000 patches", None),
+    ("resize {ws}/cnn.safetensors {ws}/o.safetensors --img-size 64",
+     "is a CNN (resnet18): it has no position table to resize", None),
+    ("resize {ws}/vit.safetensors {ws}/o.safetensors --img-size 0", "expected a size like 384",
+     None),
+    ("convert {ws}/vit.safetensors {ws}/o.safetensors --img-size 31x32",
+     "not divisible by patch size 4", None),
+    ("convert {ws}/vit.safetensors {ws}/o --to nope", "invalid choice: 'nope'", None),
+    ("convert {ws}/random.npz {ws}/o.safetensors", "random.npz as .npz: it is not a complete "
+     ".npz archive", None),
+    # --- predict: a failed run never replaces an earlier file
+    ("predict {ws}/vit.safetensors {ws}/text.jpg --out {ws}/kept.csv",
+     "{ws}/kept.csv was not written", None),
+    ("predict {ws}/vit.safetensors {ws}/empty.pth --out {ws}/kept.csv", "was not written",
+     None),
+    ("predict {ws}/vit.safetensors {ws}/good --top-k -1", "--top-k must be 1 or more", None),
+    ("predict {ws}/cnn.safetensors {ws}/good --out {ws}/a-file/p.csv", "a-file", None),
+    # --- attention
+    ("attention {ws}/good --checkpoint {ws}/vit.safetensors --method nope --out {ws}/att",
+     "invalid choice: 'nope'", None),
+    ("attention {ws}/good --checkpoint {ws}/vit.safetensors --head foo --out {ws}/att",
+     "expected a head index or mean/max/min", None),
+    ("attention {ws}/good --checkpoint {ws}/vit.safetensors --layer -9 --out {ws}/att",
+     "--layer -9 does not exist", None),
+    ("attention {ws}/good --checkpoint {ws}/vit.safetensors --method map --out {ws}/att",
+     "--method map does not apply to this model", None),
+    ("attention {ws}/mixed/text.jpg {ws}/bomb.png --checkpoint {ws}/vit.safetensors "
+     "--out {ws}/att", "none of the 2 images could be read", None),
+    # --- eval
+    ("eval {ws}/vit.safetensors --data digits --split test", "invalid choice: 'test'", None),
+    ("eval {ws}/cnn.safetensors --data nope", "unknown dataset 'nope'", None),
+    ("eval {ws}/vit.safetensors --data imagefolder:{ws}/missing", "missing does not exist",
+     None),
+    ("eval {ws}/vit.safetensors --data digits:0-2 --out {ws}/a-file", "a-file", None),
+    # --- doctor: its inputs read with messages of its own
+    ("doctor {ws}/vit.safetensors --img-size abc", "expected a size like 384", None),
+    ("doctor {ws}/random.npz", "it is not a complete .npz archive", None),
+    ("doctor {ws}/random_maps.npy", "it holds Python objects, which are never loaded", None),
+    ("doctor {ws}/text.jpg", "text.jpg", None),
+    ("doctor {ws}/vit.safetensors --image {ws}/bomb.png", "bomb.png: it is too large", None),
+    # --- bench
+    ("bench vit_nano_patch4_32 --warmup -1", "--warmup must be 0 or more", None),
+    ("bench vit_nano_patch4_32 --dtype float16", "invalid choice: 'float16'", None),
+    ("bench vit_nano_patch4_32 --img-size 0", "--img-size must be a positive number", None),
+    ("bench vit_nano_patch4_32 --train --attn", "drop --train or --attn", None),
+    # --- explore and demo
+    ("explore --checkpoint {ws}/vit.safetensors --port -1", "--port must be 0..65535", None),
+    ("explore --checkpoint {ws}/vit.safetensors --max-upload-mb nan", "must be a positive",
+     None),
+    ("explore --checkpoint {ws}/vit.safetensors --images {ws}/missing", "is not a folder",
+     None),
+    ("demo --num-images 0 --out {ws}/demo", "--num-images must be 1 or more", None),
+    ("demo --img-size 0 --out {ws}/demo", "--img-size must be 1 or more", None),
+    ("demo --batch-size 0 --out {ws}/demo", "--batch-size must be 1 or more", None),
+    ("demo --cnn-steps -1 --out {ws}/demo", "--cnn-steps must be 1 or more", None),
 ]
 
 
@@ -311,6 +495,12 @@ def test_attention_goes_on_after_a_bad_image(ws, tmp_path, capsys):
     assert printed.err.count("skipped:") == 3
     assert "china.jpg:\n  1." in printed.out
     assert (out / "china_rollout.png").exists() and (out / "flower_rollout.png").exists()
+
+
+def test_the_doctor_reads_a_metrics_file_with_rows_longer_than_its_header(ws, capsys):
+    """Extra cells are ignored (a hand-edited or concatenated file), not a traceback."""
+    assert main(["doctor", str(ws / "long-rows")]) == 0
+    assert "Traceback" not in capsys.readouterr().err
 
 
 def test_a_yaml_number_read_as_text_is_converted(tmp_path):

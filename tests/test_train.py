@@ -232,8 +232,12 @@ def test_distil_from_a_cnn_teacher(tmp_path, kind, cnn_teacher):
 def test_finetune_from_a_timm_checkpoint_with_new_classes_and_size(tmp_path):
     peer = timm.create_model("vit_tiny_patch16_224", depth=2, img_size=32, patch_size=4)
     torch.save(peer.state_dict(), tmp_path / "timm.pth")
-    r = run(tmp_path, "ft", recipe="finetune", init=str(tmp_path / "timm.pth"), img_size=16,
-            layer_decay=0.75)
+    # no --model: the checkpoint sets the architecture (a different --model is refused)
+    options = {k: v for k, v in FAST.items() if k != "model"}
+    r = train(resolve({**options, "out": str(tmp_path), "name": "ft", "recipe": "finetune",
+                       "init": str(tmp_path / "timm.pth"), "img_size": 16,
+                       "layer_decay": 0.75}), progress=False)
+    assert yaml.safe_load((r.run_dir / "config.yaml").read_text())["model"] == "(from --init)"
     model = vitkit.load_model(r.run_dir / "last.safetensors")
     assert model.num_classes == 10 and model.grid_size == (4, 4)
     # it started from timm's weights: one epoch at the fine-tuning lr (1.25e-5 a step) leaves

@@ -44,6 +44,9 @@ def describe_os_error(err: OSError) -> str:
                 "write to (e.g. --out in your home folder), or fix the permissions")
     if err.errno == errno.ENOENT:
         return f"no such file or folder: {where}"
+    if err.errno == errno.EEXIST:
+        return (f"{where} already exists and is not a folder; a folder was expected there: "
+                "give another path, or move the file")
     if err.errno == errno.EISDIR:
         return f"{where} is a folder where a file was expected"
     if err.errno == errno.ENOTDIR:

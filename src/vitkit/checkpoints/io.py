@@ -17,6 +17,7 @@ import os
 import pickle
 import warnings
 import zipfile
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -64,12 +65,18 @@ def _read_safetensors(path: Path) -> tuple[StateDict, dict]:
 
 
 def _read_npz(path: Path) -> StateDict:
+    if not zipfile.is_zipfile(path):  # numpy would try it as a pickle, and advise unsafe loading
+        raise CheckpointError(f"cannot read {path} as .npz: it is not a complete .npz archive "
+                              f"(no zip directory in its {path.stat().st_size:,} bytes): the "
+                              "file is truncated or corrupt, or another kind of file. Download "
+                              "or copy it again.")
     try:
         with np.load(path, allow_pickle=False) as arrays:
             return {k: torch.from_numpy(np.ascontiguousarray(arrays[k])) for k in arrays.files}
     except ValueError as err:
-        raise CheckpointError(f"refused {path}: it holds pickled Python objects, which vitkit "
-                              f"never loads ({err}). Save the arrays with numpy.savez.") from err
+        raise CheckpointError(f"refused {path}: it holds pickled Python objects (object "
+                              "arrays), which vitkit never loads. Save plain arrays with "
+                              "numpy.savez.") from err
     except (zipfile.BadZipFile, EOFError, OSError) as err:
         raise CheckpointError(f"cannot read {path} as .npz: the file is truncated or corrupt "
                               f"({err}). Download or copy it again.") from err
@@ -139,10 +146,27 @@ def _read_file(path: Path) -> tuple[StateDict, dict]:
     return _read_torch(path), {}
 
 
+def _read_json(path: Path, what: str = "JSON") -> dict:
+    """A JSON file as a dict, or a :class:`CheckpointError` naming the file and the line."""
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise CheckpointError(f"{path} is not a text file ({err})") from err
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{path} is not valid {what}: {err.msg} at line {err.lineno}, "
+                              f"column {err.colno}") from err
+    if not isinstance(loaded, dict):
+        raise CheckpointError(f"{path} must hold a JSON object, got {type(loaded).__name__}")
+    return loaded
+
+
 def _weights_in(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if index.exists():  # sharded Hugging Face checkpoint
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        weight_map = _read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{index} has no weight_map naming the shards")
+        shards = sorted(set(weight_map.values()))
         return [folder / s for s in shards]
     for name in _WEIGHT_FILES:
         if (folder / name).exists():
@@ -168,9 +192,9 @@ def read_checkpoint(source: str | os.PathLike) -> Checkpoint:
         files = _weights_in(path)
         for name in ("config.json", "open_clip_config.json"):
             if config is None and (path / name).exists():
-                config = json.loads((path / name).read_text())
+                config = _read_json(path / name)
         if (path / "preprocessor_config.json").exists() and config is not None:
-            config["preprocessor"] = json.loads((path / "preprocessor_config.json").read_text())
+            config["preprocessor"] = _read_json(path / "preprocessor_config.json")
     else:
         files = [path]
     state: StateDict = {}
@@ -179,7 +203,13 @@ def read_checkpoint(source: str | os.PathLike) -> Checkpoint:
         part, meta = _read_file(f)
         state.update(part)
         metadata.update(meta)
-    vitkit_config = json.loads(metadata["vitkit_config"]) if "vitkit_config" in metadata else None
+    vitkit_config = None
+    if "vitkit_config" in metadata:
+        try:
+            vitkit_config = json.loads(metadata["vitkit_config"])
+        except json.JSONDecodeError as err:
+            raise CheckpointError(f"{path}: its vitkit_config metadata is not valid JSON "
+                                  f"({err.msg}); the file was damaged or edited") from err
     return Checkpoint(state, config, path, vitkit_config)
 
 
@@ -238,7 +268,17 @@ def _to_vitkit(ckpt: Checkpoint, fmt: str, notes: list[str], keep_pre_logits: bo
     # the config that describes the weights: their own (in the metadata of files vitkit wrote)
     # before a config.json beside them
     config = ckpt.config if ckpt.vitkit_config is None else ckpt.vitkit_config
-    state, kwargs, extra = module.to_vitkit(dict(ckpt.state), config, notes)
+    try:
+        state, kwargs, extra = module.to_vitkit(dict(ckpt.state), config, notes)
+    except KeyError as err:  # a config that lacks what its layout always has
+        raise CheckpointError(f"{ckpt.path} is a {module.LABEL} checkpoint whose config lacks "
+                              f"{err}; restore its config.json as its library wrote it") from err
+    known = {f.name for f in fields(CNNConfig if is_cnn(kwargs) else ViTConfig)} | {"extra"}
+    unknown = sorted(set(kwargs) - known)
+    if unknown:
+        raise CheckpointError(f"{ckpt.path} describes options this vitkit does not know: "
+                              f"{', '.join(unknown)} (written by a newer vitkit, or edited); "
+                              "update vitkit, or remove them from the metadata")
     if not is_cnn(kwargs):  # a ResNet has no heads to say or infer
         if num_heads is not None:
             kwargs["num_heads"] = num_heads
@@ -367,6 +407,9 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, to: str | None = Non
     layout, which is DeiT's own); otherwise (a torchvision ResNet) vitkit's format.
     """
     model = load_model(src, num_classes=num_classes, img_size=img_size, verbose=verbose)
+    if img_size is not None and is_cnn(model):
+        raise CheckpointError(f"{src} is a CNN ({model.cfg.arch}): it has no position table to "
+                              "resize and runs at any input size as it is; nothing was written")
     if to is None:
         source = model.cfg.extra.get("source_format", "vitkit")
         source = "timm" if source == "deit" else source

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from vitkit.models.registry import list_models
 
@@ -15,5 +16,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("pattern", nargs="?", default=None, help="substring filter, e.g. base")
 
 
-def run(args: argparse.Namespace) -> None:
-    print("\n".join(list_models(args.pattern)))
+def run(args: argparse.Namespace) -> int:
+    names = list_models(args.pattern)
+    if not names:
+        print(f"vitkit list: error: no registered model name contains {args.pattern!r}; "
+              "`vitkit list` shows them all (e.g. vitkit list small)", file=sys.stderr)
+        return 2
+    print("\n".join(names))
+    return 0

@@ -28,11 +28,12 @@ def run(args: argparse.Namespace) -> int:
         else:
             best = ", ".join(f"{t['class']} {t['probability']:.3f}" for t in r["top"])
             print(f"{r['image']}: {best}")
-    if args.out:
-        print(f"wrote {args.out}")
     failed = sum("error" in r for r in rows)
     if failed == len(rows):
-        print(f"vitkit predict: error: none of the {failed} images could be read",
+        kept = f"; {args.out} was not written" if args.out else ""
+        print(f"vitkit predict: error: none of the {failed} images could be read{kept}",
               file=sys.stderr)
         return 2
+    if args.out:
+        print(f"wrote {args.out}")
     return 0

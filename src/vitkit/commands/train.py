@@ -22,6 +22,9 @@ DESCRIPTION = ("Train from scratch (--recipe deit), fine-tune (--recipe finetune
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, help="YAML file of options (names as below)")
     p.add_argument("--resume", default=None, help="run folder to continue exactly")
+    p.add_argument("--overwrite", action="store_true",
+                   help="a new run into a folder that holds one: move the old files aside "
+                        "(NAME.replaced-STAMP) instead of refusing")
     types = field_types()
     for f in fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
@@ -38,15 +41,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     overrides = {k: v for k, v in vars(args).items()
-                 if k not in ("command", "run", "config", "resume")}
+                 if k not in ("command", "run", "config", "resume", "overwrite")}
     if args.resume:
-        given = sorted(overrides) + (["config"] if args.config else [])
+        given = (sorted(overrides) + (["config"] if args.config else [])
+                 + (["overwrite"] if args.overwrite else []))
         if given:
             raise ConfigError("--resume continues a run exactly as it was configured (its "
                               "config.yaml); drop the other options "
                               f"({', '.join('--' + g.replace('_', '-') for g in given)})")
         result = train(None, resume=args.resume)
     else:
-        result = train(resolve(overrides, args.config))
+        result = train(resolve(overrides, args.config), overwrite=args.overwrite)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one closing line
         print(f"best validation top-1 {result.best_top1:.4f}; run folder {result.run_dir}")

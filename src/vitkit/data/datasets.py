@@ -47,8 +47,14 @@ class Split:
     def __getitem__(self, i: int) -> tuple[Image.Image, int]:
         img = self.images[i]
         if isinstance(img, (str, Path)):
-            with Image.open(img) as f:
-                img = to_rgb(f)
+            try:
+                with Image.open(img) as f:
+                    img = to_rgb(f)
+            except (OSError, ValueError, Image.DecompressionBombError) as err:
+                # passed the up-front check (verify) but fails to decode: say which file
+                raise DataError(f"cannot read image {img} while training: {err}. Remove or "
+                                "replace it (`vitkit train` checks files before it starts, "
+                                "but a truncated JPEG can pass that check)") from err
         return img, self.labels[i]
 
 

@@ -14,6 +14,7 @@ sources); adding one is that function plus one line in ``RULES``.
 from __future__ import annotations
 
 import os
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,8 +85,11 @@ def _is_maps_file(path: Path) -> bool:
         return True
     if path.suffix != ".npz":
         return False
-    with np.load(path, allow_pickle=False) as z:  # a JAX checkpoint names its arrays a/b/c
-        return not any("/" in k for k in z.files)
+    try:
+        with np.load(path, allow_pickle=False) as z:  # a JAX checkpoint names its arrays a/b/c
+            return not any("/" in k for k in z.files)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile):
+        return False  # not an array archive: the checkpoint reader says what it is
 
 
 def diagnose(target: str | os.PathLike, img_size=None, image: str | os.PathLike | None = None,

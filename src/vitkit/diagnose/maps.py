@@ -8,6 +8,7 @@ axis after the layer axis), from a file or computed from a model on an image.
 from __future__ import annotations
 
 import math
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,8 +51,12 @@ def read_maps(path: str | Path) -> Maps:
                 a.shape == arrays[0].shape for a in arrays) else arrays[0]
         else:
             array = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as err:
-        raise DataError(f"cannot read {path} as attention maps: {err}") from err
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
+        # numpy's own text suggests loading the file unsafely: never pass that advice on
+        reason = ("it holds Python objects, which are never loaded" if "pickle" in str(err)
+                  else "it is not a .npy/.npz array file, or it is damaged")
+        raise DataError(f"cannot read {path} as attention maps: {reason} (expected the "
+                        "*_maps.npy `vitkit attention` writes)") from err
     return as_maps(torch.from_numpy(np.asarray(array, dtype=np.float32)), str(path))
 
 

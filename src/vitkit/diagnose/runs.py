@@ -112,8 +112,8 @@ def read_run(folder: str | Path) -> Run:
     metrics = []
     if (folder / "metrics.csv").is_file():
         with open(folder / "metrics.csv", newline="") as f:
-            for row in csv.DictReader(f):
-                metrics.append({k: _float(v) for k, v in row.items()})
+            for row in csv.DictReader(f):  # cells beyond the header (key None) are ignored
+                metrics.append({k: _float(v) for k, v in row.items() if k is not None})
     log = (folder / "train.log").read_text(errors="replace") if (folder / "train.log").is_file() \
         else ""
     return Run(folder, config, metrics, log, _read_plan(folder / "run.json"))
@@ -131,9 +131,10 @@ def _read_plan(path: Path) -> dict | None:
     return plan
 
 
-def _float(text: str | None) -> float | None:
+def _float(text) -> float | None:
+    """A cell as a number; an empty, short or non-numeric cell is None."""
     try:
-        return float(text) if text not in (None, "") else None
+        return float(text) if isinstance(text, str) and text else None
     except ValueError:
         return None
 

@@ -95,8 +95,12 @@ class BenchResult:
 
 def matmul_peak(device: torch.device, dtype: torch.dtype, n: int | None = None,
                 repeats: int = 5) -> float:
-    """GFLOP/s of a large square matmul: the machine's practical ceiling for a ViT."""
-    n = n or (8192 if device.type == "cuda" else 2048)
+    """GFLOP/s of a large square matmul: the machine's practical ceiling for a ViT.
+
+    On a CPU without bfloat16 units (AVX2 only) a bfloat16 matmul runs at about 1 GFLOP/s, so
+    there the matrix is 512 wide, not 2048: seconds instead of minutes, for the same ceiling.
+    """
+    n = n or (8192 if device.type == "cuda" else 2048 if dtype == torch.float32 else 512)
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     times = interleaved({"mm": lambda: a @ b}, repeats=repeats, warmup=1, desc="matmul peak")

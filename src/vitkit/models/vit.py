@@ -92,11 +92,21 @@ class ViTConfig:
         for name in ("num_classes", "representation_size", "num_reg_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
+        for name in ("patch_size", "embed_dim", "depth", "num_heads", "mlp_dim", "in_chans"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be 1 or more, got {getattr(self, name)}")
         if self.embed_dim % self.num_heads:
             raise ValueError(
                 f"embed_dim {self.embed_dim} must be divisible by num_heads {self.num_heads}"
             )
-        patch_grid(self.img_size, self.patch_size)  # refuse sizes the patches do not tile
+        gh, gw = patch_grid(self.img_size, self.patch_size)  # sizes the patches do not tile
+        if gh * gw > MAX_PATCHES:
+            gb = gh * gw * self.embed_dim * 4 / 2**30
+            raise ValueError(
+                f"a {self.img_size[0]}x{self.img_size[1]} image in {self.patch_size}-pixel "
+                f"patches is {gh * gw:,} patches; vitkit builds ViTs of up to {MAX_PATCHES:,} "
+                f"(its position table alone would take {gb:,.1f} GB, and attention over it "
+                "far more). Use a smaller image size or a larger patch size")
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -121,6 +131,11 @@ class ViTConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+# The most patches a model may have: 512 x 512 (8192 x 8192 pixels at patch 16). Beyond it the
+# position table and one attention map take gigabytes before the first image is seen.
+MAX_PATCHES = 512 * 512
 
 
 def patch_grid(img_size: Pair, patch_size: int) -> tuple[int, int]:

@@ -7,6 +7,7 @@ then flags given on the command line. The effective configuration is saved with 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -79,6 +80,8 @@ class TrainConfig:
         d["mean"], d["std"] = list(self.mean), list(self.std)
         return d
 
+
+FROM_INIT = "(from --init)"  # the model of a run whose --init checkpoint sets the architecture
 
 RECIPES: dict[str, dict] = {
     "plain": {},
@@ -201,6 +204,13 @@ def resolve(overrides: dict, config_file: str | os.PathLike | None = None) -> Tr
     if recipe not in RECIPES:
         raise ConfigError(f"unknown recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
     merged = {**RECIPES[recipe], **from_file, **overrides, "recipe": recipe}
+    if merged.get("init"):
+        if merged.get("patch_size"):
+            raise ConfigError("--patch-size sets the patches of a model trained from scratch; "
+                              "with --init the checkpoint's own patch size is used (drop "
+                              "--patch-size, or train from scratch without --init)")
+        if "model" not in merged:  # the checkpoint says what it is; no default name stands in
+            merged["model"] = FROM_INIT
     cfg = TrainConfig(**merged)
     _check_ranges(cfg)
     if cfg.distill not in (None, "hard", "soft"):
@@ -210,9 +220,26 @@ def resolve(overrides: dict, config_file: str | os.PathLike | None = None) -> Tr
     return cfg
 
 
+# Upper bounds (inclusive) of numeric options whose range is not [0, inf): with the reason
+_AT_MOST = {
+    "label_smoothing": (0.99, "a share of the target spread over the other classes"),
+    "randaugment": (30, "RandAugment's magnitude runs 0..30"),
+    "ema_decay": (0.99999, "the EMA keeps this share of itself each step; 1 would never move"),
+    "layer_decay": (1.0, "each block below the head gets this factor of the lr"),
+    "img_size": (2048, "a bigger input needs tens of GB for one batch on the way in"),
+}
+_POSITIVE = ("lr", "distill_tau")  # > 0
+DEVICES = ("auto", "cpu", "cuda")
+
+
 def _check_ranges(cfg: TrainConfig) -> None:
+    """Every numeric option finite and in its range; the device one vitkit knows. A
+    :class:`ConfigError` names the option, the value and the range."""
     for f in fields(TrainConfig):
         value = getattr(cfg, f.name)
+        values = value if isinstance(value, tuple) else (value,)
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            raise ConfigError(f"{f.name} must be a finite number, got {value}")
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             continue
         if f.name in _AT_LEAST_ONE and value < 1:
@@ -221,8 +248,18 @@ def _check_ranges(cfg: TrainConfig) -> None:
             raise ConfigError(f"{f.name} must be between 0 and 1, got {value}")
         if value < 0:
             raise ConfigError(f"{f.name} must not be negative, got {value}")
+        if f.name in _POSITIVE and value <= 0:
+            raise ConfigError(f"{f.name} must be more than 0, got {value}")
+        if f.name in _AT_MOST and value > _AT_MOST[f.name][0]:
+            top, why = _AT_MOST[f.name]
+            raise ConfigError(f"{f.name} must be at most {top} ({why}), got {value}")
     if cfg.data_fraction == 0:
         raise ConfigError("data_fraction must be more than 0 (a share of the training split)")
+    if any(s <= 0 for s in cfg.std):
+        raise ConfigError(f"std must be positive for every channel, got {list(cfg.std)}")
+    if cfg.device not in DEVICES:
+        raise ConfigError(f"device {cfg.device!r} is not one vitkit knows; choose auto, cpu or "
+                          "cuda (pick a GPU with CUDA_VISIBLE_DEVICES)")
 
 
 def save(cfg: TrainConfig, path: str | Path) -> None:

@@ -76,7 +76,9 @@ def run_demo(opts: DemoOptions, say=print) -> Path:
                               ("cnn", opts.cnn, opts.cnn_steps)):
         say(f"training {model} for {steps} steps on {opts.data} ...")
         start = time.perf_counter()
-        result = train(resolve({**base, "model": model, "steps": steps, "name": key}))
+        # the demo's own folders: an earlier demo's runs are moved aside, never deleted
+        result = train(resolve({**base, "model": model, "steps": steps, "name": key}),
+                       overwrite=True)
         runs[key] = (result, time.perf_counter() - start)
 
     vit = load_model(runs["vit"][0].run_dir / "best.safetensors", verbose=False)

@@ -58,7 +58,9 @@ def evaluate_checkpoint(checkpoint: str | os.PathLike, data: str, split: str = "
 def predict(checkpoint: str | os.PathLike, inputs: list[str | os.PathLike], top_k: int = 5,
             out: str | os.PathLike | None = None) -> list[dict]:
     """Top-k classes for each image file (folders are searched); unreadable files are
-    reported with their error instead of stopping the run. ``out``: ``.csv`` or ``.json``."""
+    reported with their error instead of stopping the run. ``out``: ``.csv`` or ``.json``,
+    written (atomically) only when at least one image was read, so a run that failed never
+    replaces an earlier file."""
     if top_k < 1:
         raise VitkitError(f"--top-k must be 1 or more, got {top_k}")
     if out is not None and Path(out).suffix not in (".csv", ".json"):
@@ -81,8 +83,8 @@ def predict(checkpoint: str | os.PathLike, inputs: list[str | os.PathLike], top_
         rows.append({"image": str(path), "top": [
             {"class": names[i], "index": int(i), "probability": float(v)}
             for v, i in zip(values.tolist(), indices.tolist(), strict=True)]})
-    if out is not None:
-        _write_predictions(Path(out), rows, top_k)
+    if out is not None and any("top" in r for r in rows):
+        _write_predictions(Path(out), rows, top_k)  # never the result of a run that failed
     return rows
 
 

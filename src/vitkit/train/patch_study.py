@@ -4,6 +4,7 @@ size) on the full data, the same steps and warmup as every study run
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,9 +40,13 @@ def _check(opts: PatchStudyOptions) -> None:
                               f"{getattr(opts, name)}")
     if not opts.patch_sizes or min(opts.patch_sizes) < 1:
         raise ConfigError(f"--patch-sizes must be 1 or more, got {list(opts.patch_sizes)}")
-    if not 0 <= opts.warmup < 1:  # NaN fails too
-        raise ConfigError(f"--warmup is a share of each run's steps in [0, 1), got "
-                          f"{opts.warmup}")
+    if not (opts.lr > 0 and math.isfinite(opts.lr)):
+        raise ConfigError(f"--lr must be a positive finite number, got {opts.lr}")
+    sizes = opts.img_sizes or (opts.img_size,)
+    if not any(img % patch == 0 for img in sizes for patch in opts.patch_sizes):
+        raise ConfigError(f"no patch size of {list(opts.patch_sizes)} divides an image size of "
+                          f"{list(sizes)}, so there is nothing to train; choose patch sizes "
+                          f"that divide the image (e.g. --patch-sizes 2 4 8 for {sizes[0]}px)")
     if not 0 <= opts.warmup < 1:  # NaN fails too
         raise ConfigError(f"--warmup is a share of each run's steps in [0, 1), got "
                           f"{opts.warmup}")

@@ -25,6 +25,7 @@ import functools
 import json
 import logging
 import math
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -116,8 +117,12 @@ class StudyPlan:
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be 1 or more, got "
                                   f"{getattr(self, name)}")
-        if self.epochs <= 0:
-            raise ConfigError(f"--epochs must be positive, got {self.epochs}")
+        if not (self.epochs > 0 and math.isfinite(self.epochs)):  # NaN fails too
+            raise ConfigError(f"--epochs must be a positive finite number, got {self.epochs}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ConfigError(f"--lr must be a positive finite number, got {self.lr}")
+        if self.max_steps < 0:
+            raise ConfigError(f"--max-steps must be 0 (no cap) or more, got {self.max_steps}")
         if not 0 <= self.warmup < 1:  # NaN fails too
             raise ConfigError(f"--warmup is a share of each run's steps in [0, 1), got "
                               f"{self.warmup}")
@@ -225,6 +230,9 @@ class Study:
             return done
         cfg = resolve({**_base(self.plan), **options, "data_fraction": fraction, "seed": seed,
                        "name": name})
+        if (self.out / name).exists():  # a run of this study that stopped before its record
+            shutil.rmtree(self.out / name)
+            self.say(f"{name} stopped before it finished: training it again")
         start = time.perf_counter()
         result = train(cfg)
         seconds = time.perf_counter() - start

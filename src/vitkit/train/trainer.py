@@ -32,12 +32,13 @@ from vitkit.checkpoints.io import load_model, save_model
 from vitkit.data.datasets import load_split
 from vitkit.data.transforms import Transformed, eval_transform, sample_seed, train_transform
 from vitkit.diagnose import diagnose_run, start_of_run, to_json
-from vitkit.errors import CheckpointError, ConfigError, VitkitError
+from vitkit.errors import ConfigError, VitkitError
 from vitkit.models.cnn import create_cnn, is_cnn
-from vitkit.models.registry import create_model
+from vitkit.models.registry import build_config, create_model
 from vitkit.recipe import cosine_lr, plan_run
 from vitkit.train import config as config_io
-from vitkit.train import distributed
+from vitkit.train import distributed, runfolder
+from vitkit.train import resume as resume_io
 from vitkit.train.config import TrainConfig
 from vitkit.train.distill import distillation_loss
 from vitkit.train.runlog import RunLog
@@ -64,6 +65,7 @@ def build_model(cfg: TrainConfig, num_classes: int, class_names: list[str]) -> n
     """A fresh model, or ``cfg.init`` loaded (head and position table adapted)."""
     if cfg.init:
         model = load_model(cfg.init, num_classes=num_classes, img_size=cfg.img_size)
+        _check_init_matches(cfg, model)
         if cfg.distill and not getattr(model.cfg, "distilled", False):
             raise ConfigError("distillation needs a distilled student (a distillation token); "
                              "--init a distilled checkpoint or train one from scratch")
@@ -79,6 +81,28 @@ def build_model(cfg: TrainConfig, num_classes: int, class_names: list[str]) -> n
     model.cfg.extra.update(class_names=list(class_names), mean=list(cfg.mean),
                            std=list(cfg.std))
     return model
+
+
+def _check_init_matches(cfg: TrainConfig, model: nn.Module) -> None:
+    """--model named beside --init must be the checkpoint's architecture, not silently
+    ignored."""
+    if cfg.model == config_io.FROM_INIT:
+        return
+    if is_cnn(cfg.model) or is_cnn(model):
+        same = is_cnn(model) and is_cnn(cfg.model) and model.cfg.arch == cfg.model
+        what = model.cfg.arch if is_cnn(model) else "a ViT"
+    else:
+        try:
+            named = build_config(cfg.model)
+        except ValueError:
+            return  # an unknown name is refused where models are built
+        keys = ("embed_dim", "depth", "num_heads", "patch_size", "mlp_dim")
+        same = all(getattr(named, k) == getattr(model.cfg, k) for k in keys)
+        what = (f"a ViT of width {model.cfg.embed_dim}, depth {model.cfg.depth}, patch "
+                f"{model.cfg.patch_size}")
+    if not same:
+        raise ConfigError(f"--init {cfg.init} is {what}, not {cfg.model}: the checkpoint sets "
+                          "the architecture; drop --model (or name the checkpoint's own)")
 
 
 def param_groups(model: nn.Module, weight_decay: float, layer_decay: float) -> list[dict]:
@@ -187,63 +211,71 @@ def _save_state(path: Path, raw, opt, ema, progress: dict, cfg: TrainConfig) -> 
 
 
 def train(cfg: TrainConfig | None, resume: str | Path | None = None,
-          progress: bool | None = None) -> RunResult:
-    """Train as ``cfg`` says; with ``resume`` (a run folder), continue that run exactly."""
+          progress: bool | None = None, overwrite: bool = False) -> RunResult:
+    """Train as ``cfg`` says; with ``resume`` (a run folder), continue that run exactly.
+
+    A run folder that already holds a run is refused for a new run (see
+    :mod:`vitkit.train.runfolder`); ``overwrite`` moves its files aside instead. The folder is
+    locked while the run writes it: a second process on it fails at once.
+    """
     if cfg is None and resume is None:
         raise ConfigError("train() needs a config or a run folder to resume")
     if resume is not None:
         cfg = None
-        _check_resumable(Path(resume))
+        resume_io.check_resumable(Path(resume))
     device = cfg.device if cfg is not None else config_io.load(Path(resume) / "config.yaml").device
     ctx = distributed.setup(device)
     run_dir = _run_dir(cfg, resume)
-    existed = run_dir.exists()
+    held, created = None, False
     try:
+        held, created = _claim(run_dir, ctx, resume is not None, overwrite)
         return _train(cfg, resume, ctx, progress)
     except BaseException:
-        if not existed and ctx.main:
+        if held is not None:
+            held.release()
+            held = None
+        if created and ctx.main:
             _remove_if_empty_run(run_dir)
         raise
     finally:
+        if held is not None:
+            held.release()
         distributed.cleanup()
 
 
-def _check_resumable(run_dir: Path) -> None:
-    """A clear error unless ``run_dir`` is a run folder with its config and a readable state."""
-    if not run_dir.is_dir():
-        raise ConfigError(f"--resume {run_dir}: no such run folder" if not run_dir.exists() else
-                          f"--resume {run_dir} is a file; give the run folder that holds "
-                          "config.yaml and state.pt")
-    missing = [n for n in ("config.yaml", "state.pt") if not (run_dir / n).is_file()]
-    if missing:
-        raise ConfigError(f"nothing to resume in {run_dir}: no {' or '.join(missing)} (the run "
-                          "saved no checkpoint yet); start it again without --resume")
-
-
-def _load_state(path: Path) -> dict:
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises several types for a damaged archive
-        last = path.parent / "last.safetensors"
-        rescue = (f" {last} is intact: continue from its weights with --init {last} (a new "
-                  "run, fresh optimiser and schedule)." if last.exists() else "")
-        raise CheckpointError(f"{path} is damaged and cannot be resumed ({type(err).__name__}: "
-                              f"{str(err)[:200]}).{rescue}") from err
+def _claim(run_dir: Path, ctx, resume: bool, overwrite: bool):
+    """The main process claims the run folder (:func:`runfolder.claim`); every process learns
+    whether it could, so none waits on the others."""
+    held, created, error = None, False, None
+    if ctx.main:
+        try:
+            held, created = runfolder.claim(run_dir, resume=resume, overwrite=overwrite)
+        except ConfigError as err:
+            error = err
+    refused = distributed.all_reduce_sum(torch.tensor(float(error is not None),
+                                                      device=ctx.device)).item()
+    if error is not None:
+        raise error
+    if refused:
+        raise ConfigError(f"the main process could not claim the run folder {run_dir}")
+    return held, created
 
 
 def _remove_if_empty_run(run_dir: Path) -> None:
-    """A run that failed before training leaves no folder holding only its log and config."""
+    """A run that stopped before its first checkpoint leaves no folder holding only its log,
+    config and plan."""
     if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {"train.log", "config.yaml",
-                                                                     "run.json"}:
+                                                                     "run.json", ".progress"}:
         shutil.rmtree(run_dir, ignore_errors=True)
-        logger.info("removed %s: the run failed before it trained", run_dir)
+        logger.info("removed %s: the run stopped before its first checkpoint", run_dir)
 
 
 def _run_dir(cfg: TrainConfig, resume) -> Path:
     if resume:
         return Path(resume)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    name = cfg.name or f"{Path(cfg.model).stem}-{cfg.data.split(':')[0]}-{stamp}"
+    model = Path(cfg.init).stem if cfg.model == config_io.FROM_INIT else Path(cfg.model).stem
+    name = cfg.name or f"{model}-{cfg.data.split(':')[0]}-{stamp}"
     return Path(cfg.out) / name
 
 
@@ -274,6 +306,7 @@ class _Run:
     total: int  # optimiser steps in the whole run
     warmup: int
     show: bool  # progress bar
+    progress: resume_io.Progress  # the last step done, for the next resume's report
     # progress, saved in state.pt
     step: int = 0
     best: float = -1.0
@@ -298,7 +331,8 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
     state = None
     if resume:
         cfg = config_io.load(run_dir / "config.yaml")
-        state = _load_state(run_dir / "state.pt")
+        state = resume_io.load_state(run_dir / "state.pt")
+        resume_io.check_state(state, cfg.to_dict(), run_dir)
     if ctx.main and run_dir.is_dir():
         for stale in remove_stale_temporaries(run_dir, "state.pt"):
             logger.info("removed %s, left by a process killed while writing", stale)
@@ -335,7 +369,7 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
 
     model = build_model(cfg, num_classes, train_split.classes)
     if state is not None:
-        model.load_state_dict(state["model"])
+        resume_io.load_model_state(model, state, run_dir / "state.pt")
     raw = model.to(ctx.device)
     if cfg.grad_checkpointing:
         if not hasattr(raw, "set_grad_checkpointing"):
@@ -370,14 +404,19 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
         base_lr=plan.lr, steps_per_epoch=plan.steps_per_epoch, epochs=plan.epochs,
         total=plan.total_steps, warmup=plan.warmup_steps,
         show=(sys.stderr.isatty() if progress is None else progress) and ctx.main,
+        progress=resume_io.Progress(run_dir, ctx.main),
     )
     if state is not None:
         run.step, run.best, run.history = state["step"], state["best"], state["history"]
         run.start_epoch, run.done_in_epoch = state["epoch"], state["step_in_epoch"]
         run.epoch_loss_sum = state.get("epoch_loss_sum", 0.0)
         torch.set_rng_state(state["rng"])
+        reached = run.progress.last()
+        again = (f"; the {reached - run.step} steps run after it (to step {reached}) are done "
+                 "again" if reached is not None and reached > run.step else
+                 "; no step is done again")
         log.line(f"resumed at epoch {run.start_epoch + 1}, step {run.step} "
-                 f"({run.done_in_epoch} steps into the epoch)")
+                 f"({run.done_in_epoch} steps into the epoch), the last saved state{again}")
     return run
 
 
@@ -395,7 +434,7 @@ def _loss(run: _Run, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
                              cfg.distill_tau, cfg.label_smoothing)
 
 
-def _train_epoch(run: _Run, epoch: int) -> _EpochStats:
+def _train_epoch(run: _Run, epoch: int, guard=None) -> _EpochStats:
     """The optimiser steps of ``epoch`` (from ``run.done_in_epoch`` on, after a resume)."""
     cfg, ctx = run.cfg, run.ctx
     run.train_ds.set_epoch(epoch)
@@ -440,13 +479,34 @@ def _train_epoch(run: _Run, epoch: int) -> _EpochStats:
         stats.lr = lr
         rate = stats.seen / (time.perf_counter() - stats.start)
         bar.set_postfix(loss=f"{step_loss:.3f}", lr=f"{lr:.2e}", img_s=f"{rate:.0f}")
-        if cfg.checkpoint_every and run.step % cfg.checkpoint_every == 0 \
-                and in_epoch + 1 < run.steps_per_epoch and ctx.main:
+        run.progress.step(run.step)
+        stop = _asked_to_stop(run, guard)
+        if ((cfg.checkpoint_every and run.step % cfg.checkpoint_every == 0) or stop) \
+                and in_epoch + 1 < last and ctx.main:
             _save_state(run.run_dir / "state.pt", run.raw, run.opt, run.ema, dict(
                 step=run.step, epoch=epoch, step_in_epoch=in_epoch + 1, best=run.best,
                 history=run.history, epoch_loss_sum=stats.loss_sum), cfg)
+        if stop and in_epoch + 1 < last:
+            _stopped(run)
     run.done_in_epoch, run.epoch_loss_sum = 0, 0.0
     return stats
+
+
+def _asked_to_stop(run: _Run, guard) -> bool:
+    """Whether Ctrl-C was pressed (on any process: they stop at the same step)."""
+    asked = guard is not None and guard.asked
+    if run.ctx.world > 1:
+        flag = torch.tensor(float(asked), device=run.ctx.device)
+        asked = distributed.all_reduce_sum(flag).item() > 0
+    return asked
+
+
+def _stopped(run: _Run) -> None:
+    """Say where an interrupted run stands, then stop it."""
+    run.log.line(f"interrupted at step {run.step}: the state is saved; continue with "
+                 f"vitkit train --resume {run.run_dir}")
+    run.log.close()
+    raise KeyboardInterrupt
 
 
 def _evaluate_and_save(run: _Run, epoch: int, stats: _EpochStats) -> None:
@@ -476,16 +536,21 @@ def _evaluate_and_save(run: _Run, epoch: int, stats: _EpochStats) -> None:
 
 def _train(cfg: TrainConfig | None, resume, ctx, progress) -> RunResult:
     run = _setup(cfg, resume, ctx, progress)
-    for epoch in range(run.start_epoch, run.epochs):
-        try:
-            stats = _train_epoch(run, epoch)
-        except NonFiniteLoss as err:
-            run.log.line(str(err))
-            run.log.close()
-            raise
-        if (epoch + 1) % max(1, run.cfg.eval_every) and epoch + 1 < run.epochs:
-            continue  # not an evaluation epoch (the logged train loss is the eval epoch's)
-        _evaluate_and_save(run, epoch, stats)
+    with resume_io.InterruptGuard() as guard:
+        for epoch in range(run.start_epoch, run.epochs):
+            try:
+                stats = _train_epoch(run, epoch, guard)
+            except NonFiniteLoss as err:
+                run.log.line(str(err))
+                run.log.close()
+                raise
+            stop = _asked_to_stop(run, guard)
+            if (epoch + 1) % max(1, run.cfg.eval_every) and epoch + 1 < run.epochs \
+                    and not stop:
+                continue  # not an evaluation epoch (the logged train loss is the eval epoch's)
+            _evaluate_and_save(run, epoch, stats)
+            if stop and epoch + 1 < run.epochs:
+                _stopped(run)
     if ctx.main:
         _doctor_at_end(run)
     run.log.close()

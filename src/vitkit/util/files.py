@@ -45,6 +45,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path
                 f"no space left on the device while writing {path}; {path.name} {kept} and "
                 "every file written before is intact. Free some space and run again (a training "
                 "run continues from its last good checkpoint with --resume RUN_FOLDER)") from err
+        if isinstance(err, OSError) and err.filename == str(tmp):  # name the destination
+            raise type(err)(err.errno, err.strerror, str(path)) from err
         raise
     return path
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +27,7 @@ class ImageReport:
 
     path: Path
     top: list[tuple[str, float]] = field(default_factory=list)  # (class name, probability)
-    files: list[Path] = field(default_factory=list)
+    files: list = field(default_factory=list)  # written files (names while staged)
     faithfulness: dict[str, dict[str, float]] = field(default_factory=dict)
     error: str | None = None  # why this image could not be explained (the others still are)
 
@@ -44,7 +47,10 @@ def explain_images(model, images: list[str | os.PathLike], out_dir: str | os.Pat
     ``head`` picks one head (or "mean"/"max"/"min") for the single ``cls`` map; the per-head
     figures always show every head. A model that pools by average has no [CLS] maps: the
     [CLS] figures are skipped and ``method="cls"`` is an error naming the methods that apply.
-    An image that cannot be read gets a report with its ``error``; the others go on.
+    Each image is guarded from reading to writing: one that cannot be read, computed, drawn
+    or written gets a report with its ``error`` and leaves no partial outputs; the others go
+    on. Outputs are named by :func:`output_stems` (no two inputs share one) and an image's
+    files appear together, replacing an earlier run's only when all are written.
     """
     if is_cnn(model):
         raise VitkitError(f"attention maps need a ViT; this checkpoint is a CNN "
@@ -62,61 +68,121 @@ def explain_images(model, images: list[str | os.PathLike], out_dir: str | os.Pat
     if out.exists() and not out.is_dir():
         raise VitkitError(f"--out {out} is a file; give a folder for the figures and maps")
     out.mkdir(parents=True, exist_ok=True)
-    has_cls = model.cfg.pool == "cls"
     if method not in applicable(model.cfg):
         raise VitkitError(f"--method {method} does not apply to this model (pool "
                           f"{model.cfg.pool}); methods that apply: "
                           f"{', '.join(applicable(model.cfg))}")
     size, mean, std = preprocessing(model)
+    settings = _Settings(method, layer, head if head is not None else "mean", faithfulness,
+                         top_k, size, mean, std)
     reports = []
-    for path in files:
-        try:
-            x, picture = load_image(path, size, mean, std)
-        except ImageError as err:
-            reports.append(ImageReport(path, error=str(err)))
-            continue
-        x = x[None]  # (1, 3, H, W)
-        with torch.no_grad():
-            logits, maps = model(x, return_attn=True)
-        probs = logits.softmax(-1)[0]
-        k = min(top_k, probs.numel())
-        values, indices = probs.topk(k)
-        report = ImageReport(path, [(_class_name(model, int(i)), float(v))
-                                    for v, i in zip(values, indices, strict=True)])
-        stem = out / path.stem
-        np.save(f"{stem}_maps.npy", torch.stack(list(maps))[:, 0].half().numpy())
-        report.files.append(Path(f"{stem}_maps.npy"))  # (layers, heads, T, T): vitkit doctor
-        panels: dict[str, np.ndarray] = {}
-        if has_cls:
-            cls_all = torch.stack([cls_attention(maps, layer=i)[0] for i in range(len(maps))])
-            np.save(f"{stem}_cls_attention.npy", cls_all.numpy())  # (layers, heads, gh, gw)
-            shown = layer % len(maps)
-            report.files += [
-                plot.save(plot.figure_heads(picture, cls_all[shown], shown), f"{stem}_heads.png"),
-                plot.save(plot.figure_mosaic(picture, cls_all), f"{stem}_mosaic.png"),
-                Path(f"{stem}_cls_attention.npy"),
-            ]
-            panels = {f"L{shown} h{h}": m for h, m in enumerate(cls_all[shown].numpy())}
-        chosen = head if head is not None else "mean"
-        explanation = explain_map(model, x, method, layer=layer, head=chosen,
-                                  outputs=(logits, maps))
-        grid_map = explanation.map[0]
-        label = f"cls ({chosen})" if method == "cls" else method
-        panels[label] = grid_map.numpy()
-        np.save(f"{stem}_{method}.npy", grid_map.numpy())
-        title = f"{path.name}: {report.top[0][0]} ({report.top[0][1]:.2f})"
-        report.files += [
-            plot.save(plot.figure_methods(picture, panels, title=title), f"{stem}_{method}.png"),
-            Path(f"{stem}_{method}.npy"),
-        ]
-        if faithfulness:
-            curves = {}
-            for name, m in ((method, explanation.map), ("random", random_maps(explanation.map))):
-                c = deletion_insertion(model, x, m, explanation.target)
-                curves[name] = (c.deletion[0].numpy(), c.insertion[0].numpy())
-                report.faithfulness[name] = {"deletion_auc": float(c.deletion_auc[0]),
-                                             "insertion_auc": float(c.insertion_auc[0])}
-            fig = plot.figure_curves(c.fractions.numpy(), curves, title=title)
-            report.files.append(plot.save(fig, f"{stem}_faithfulness.png"))
+    for path, stem in zip(files, output_stems(files, images), strict=True):
+        stage = Path(tempfile.mkdtemp(dir=out, prefix=".staging-"))
+        try:  # read, compute, draw and write: any failure is this image's alone
+            report = _explain_one(model, path, stage, settings)
+            report.files = _publish(stage, report.files, out / stem)
+        except (VitkitError, ValueError, OSError, RuntimeError) as err:
+            text = str(err) if isinstance(err, (ImageError, VitkitError)) else \
+                f"{type(err).__name__}: {err}"
+            report = ImageReport(path, error=text)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
         reports.append(report)
     return reports
+
+
+def shown(path: str | os.PathLike) -> str:
+    """``path`` as text that prints and draws anywhere: bytes of a file name that are not UTF-8
+    are shown escaped (``caf\\xe9.png``) instead of reaching a library raw."""
+    return os.fsdecode(path).encode("utf-8", "surrogateescape").decode("utf-8",
+                                                                        "backslashreplace")
+
+
+def output_stems(files: list[Path], inputs: list[str | os.PathLike]) -> list[str]:
+    """One output name per input file, never two alike: its path relative to what the inputs
+    share (``a/x`` and ``b/x`` for two folders' ``x.png``), the suffix kept where two files
+    differ only by it (``x-png``, ``x-jpg``), a number where the same file is given twice."""
+    bases = [os.path.abspath(i if Path(i).is_dir() else Path(i).parent) for i in inputs]
+    root = Path(os.path.commonpath(bases)) if bases else Path.cwd()
+    rel = []
+    for f in files:
+        a = Path(os.path.abspath(f))
+        rel.append(a.relative_to(root) if a.is_relative_to(root) else Path(a.name))
+    stems = [shown(r.with_suffix("")) for r in rel]
+    counts = Counter(stems)
+    stems = [shown(r.with_name(r.name.replace(".", "-"))) if counts[s] > 1 else s
+             for r, s in zip(rel, stems, strict=True)]
+    seen: Counter = Counter()
+    out = []
+    for s in stems:
+        seen[s] += 1
+        out.append(s if seen[s] == 1 else f"{s}-{seen[s]}")
+    return out
+
+
+def _publish(stage: Path, names: list[str], stem: Path) -> list[Path]:
+    """Move an image's finished files from ``stage`` to ``STEM_NAME``: an earlier image's
+    outputs are replaced only by a complete new set."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    final = []
+    for name in names:
+        dst = stem.parent / f"{stem.name}_{name}"
+        os.replace(stage / name, dst)
+        final.append(dst)
+    return final
+
+
+@dataclass(frozen=True)
+class _Settings:
+    method: str
+    layer: int
+    head: int | str
+    faithfulness: bool
+    top_k: int
+    size: tuple[int, int]
+    mean: tuple
+    std: tuple
+
+
+def _explain_one(model, path: Path, stage: Path, o: _Settings) -> ImageReport:
+    """Every figure and map of one image, written into ``stage``; the report's ``files`` are
+    their names there."""
+    x, picture = load_image(path, o.size, o.mean, o.std)
+    x = x[None]  # (1, 3, H, W)
+    with torch.no_grad():
+        logits, maps = model(x, return_attn=True)
+    probs = logits.softmax(-1)[0]
+    values, indices = probs.topk(min(o.top_k, probs.numel()))
+    report = ImageReport(path, [(_class_name(model, int(i)), float(v))
+                                for v, i in zip(values, indices, strict=True)])
+    # (layers, heads, T, T): what vitkit doctor reads
+    np.save(stage / "maps.npy", torch.stack(list(maps))[:, 0].half().numpy())
+    report.files.append("maps.npy")
+    panels: dict[str, np.ndarray] = {}
+    if model.cfg.pool == "cls":
+        cls_all = torch.stack([cls_attention(maps, layer=i)[0] for i in range(len(maps))])
+        np.save(stage / "cls_attention.npy", cls_all.numpy())  # (layers, heads, gh, gw)
+        at = o.layer % len(maps)
+        plot.save(plot.figure_heads(picture, cls_all[at], at), stage / "heads.png")
+        plot.save(plot.figure_mosaic(picture, cls_all), stage / "mosaic.png")
+        report.files += ["heads.png", "mosaic.png", "cls_attention.npy"]
+        panels = {f"L{at} h{h}": m for h, m in enumerate(cls_all[at].numpy())}
+    explanation = explain_map(model, x, o.method, layer=o.layer, head=o.head,
+                              outputs=(logits, maps))
+    grid_map = explanation.map[0]
+    panels[f"cls ({o.head})" if o.method == "cls" else o.method] = grid_map.numpy()
+    np.save(stage / f"{o.method}.npy", grid_map.numpy())
+    title = f"{shown(path.name)}: {report.top[0][0]} ({report.top[0][1]:.2f})"
+    plot.save(plot.figure_methods(picture, panels, title=title), stage / f"{o.method}.png")
+    report.files += [f"{o.method}.png", f"{o.method}.npy"]
+    if o.faithfulness:
+        curves = {}
+        for name, m in ((o.method, explanation.map), ("random", random_maps(explanation.map))):
+            c = deletion_insertion(model, x, m, explanation.target)
+            curves[name] = (c.deletion[0].numpy(), c.insertion[0].numpy())
+            report.faithfulness[name] = {"deletion_auc": float(c.deletion_auc[0]),
+                                         "insertion_auc": float(c.insertion_auc[0])}
+        plot.save(plot.figure_curves(c.fractions.numpy(), curves, title=title),
+                  stage / "faithfulness.png")
+        report.files.append("faithfulness.png")
+    return report

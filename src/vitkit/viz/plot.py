@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
+from vitkit.util.files import atomic_write
 from vitkit.util.grids import upsample
 
 
@@ -119,11 +120,8 @@ def figure_curves(fractions, curves: Mapping[str, tuple[object, object]],
 
 
 def save(fig: Figure, path: str | os.PathLike, dpi: int = 120) -> Path:
-    """Write ``fig`` as PNG."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    return path
+    """Write ``fig`` as PNG, atomically (a failed draw leaves an earlier file as it was)."""
+    return atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png"))
 
 
 def figure_confusion(confusion, class_names: list[str], title: str = "") -> Figure:

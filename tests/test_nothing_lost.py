@@ -199,7 +199,7 @@ def test_a_resume_says_which_steps_it_does_again(stopped):
 def test_ctrl_c_saves_the_state_and_the_run_resumes(tmp_path):
     """SIGINT stops a run after its current step with its state saved; the resume does no step
     twice and ends where an uninterrupted run ends."""
-    argv = [sys.executable, "-m", "vitkit", "train", *TINY, "--steps", "400", "--out",
+    argv = [sys.executable, "-m", "vitkit", "train", *TINY, "--steps", "120", "--out",
             str(tmp_path), "--name", "i", "--eval-every", "1000"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     progress = tmp_path / "i" / ".progress"
@@ -212,11 +212,11 @@ def test_ctrl_c_saves_the_state_and_the_run_resumes(tmp_path):
     assert code == 130, err
     assert "Traceback" not in err
     state = torch.load(tmp_path / "i" / "state.pt", weights_only=True)
-    assert 0 < state["step"] < 400
+    assert 0 < state["step"] < 120
     assert f"interrupted at step {state['step']}" in (tmp_path / "i" / "train.log").read_text()
     assert main(["train", "--resume", str(tmp_path / "i")]) == 0
     log = (tmp_path / "i" / "train.log").read_text()
     assert "no step is done again" in log
     metrics = (tmp_path / "i" / "metrics.csv").read_text().splitlines()
-    assert int(metrics[-1].split(",")[1]) == 400
-    assert json.loads((tmp_path / "i" / "run.json").read_text())["total_steps"] == 400
+    assert int(metrics[-1].split(",")[1]) == 120
+    assert json.loads((tmp_path / "i" / "run.json").read_text())["total_steps"] == 120

@@ -16,6 +16,16 @@ class CheckpointError(VitkitError):
     """A checkpoint that cannot be read, does not fit, or cannot be written in a format."""
 
 
+class MissingBlocks(CheckpointError):
+    """A checkpoint whose transformer blocks are not all there: a gap in the block indices, or
+    fewer blocks than its config states. ``missing`` holds the absent indices, ``found`` the
+    number present. Loading it would silently give a different, shallower model."""
+
+    def __init__(self, message: str, missing: list[int], found: int) -> None:
+        super().__init__(message)
+        self.missing, self.found = missing, found
+
+
 class ConfigError(VitkitError):
     """A training option or config file with a wrong name, type or value."""
 

@@ -16,7 +16,8 @@ from vitkit.models.registry import VARIANTS
 
 StateDict = dict[str, torch.Tensor]
 __all__ = ["Checkpoint", "CheckpointError", "StateDict", "cnn_refusal", "full_state",
-           "infer_grid", "infer_num_heads", "new_options_refusal", "refuse", "strip_prefix"]
+           "infer_grid", "infer_num_heads", "new_options_refusal", "refuse",
+           "shallower_than_known", "strip_prefix"]
 
 
 @dataclass
@@ -86,6 +87,23 @@ def infer_num_heads(width: int, depth: int, mlp_dim: int, notes: list[str]) -> i
         )
     notes.append(f"heads inferred as width/64 = {width // 64} (pass num_heads= if not)")
     return width // 64
+
+
+def shallower_than_known(width: int, depth: int, mlp_dim: int) -> str | None:
+    """A warning when ``depth`` (inferred from the blocks a file holds) fits no ViT of this
+    width and MLP while a deeper one does: the file may have lost its last blocks, which no
+    index gap can show. None when the shape is a known one or unlike any."""
+    if any((d, n, m) == (width, depth, mlp_dim) for d, n, _, m in VARIANTS.values()):
+        return None
+    deeper = [(name, n) for name, (d, n, _, m) in VARIANTS.items()
+              if (d, m) == (width, mlp_dim) and n > depth]
+    if not deeper:
+        return None
+    name, n = deeper[0]
+    return (f"{depth} blocks of width {width}: no known ViT has that depth, ViT-{name} has {n}; "
+            f"if blocks {depth}-{n - 1} are missing from this file, the model is shallower than "
+            "the one saved (give its config.json, e.g. timm's with its architecture, to have the "
+            "depth checked)")
 
 
 def infer_grid(rows: int, prefix: int, img_size=None, patch_size: int | None = None,

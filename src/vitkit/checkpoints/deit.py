@@ -10,6 +10,7 @@ from vitkit.data.images import IMAGENET_MEAN, IMAGENET_STD
 
 NAME = "deit"
 LABEL = "DeiT (timm keys with dist_token, inside {\"model\": ...})"
+DEPTH_FROM_WEIGHTS = True  # a bare file does not state its depth: blocks may be lost unseen
 
 
 def detect(ckpt: Checkpoint) -> bool:

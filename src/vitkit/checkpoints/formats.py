@@ -1,7 +1,9 @@
 """The registry of checkpoint formats: one module per layout, listed once here.
 
 Every format module defines ``NAME``, ``LABEL`` (how users recognise it),
-``detect(ckpt) -> bool`` and ``to_vitkit(state, config, notes) -> (state, kwargs, extra)``.
+``detect(ckpt) -> bool`` and ``to_vitkit(state, config, notes) -> (state, kwargs, extra)``;
+``DEPTH_FROM_WEIGHTS = True`` when a bare file of the layout does not state its depth (the
+loader then warns when the depth fits no known ViT while a deeper one does).
 A format vitkit can also write adds ``refusals(cfg) -> list[str]`` (why a model does not fit
 the layout; empty when it does), ``write(model, dst) -> Path``, and the options contract: every
 field of ``ViTConfig`` that is not in ``ViTConfig.NEUTRAL`` is in exactly one of

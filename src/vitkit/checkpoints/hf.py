@@ -78,7 +78,7 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
     act = act_of(config)
     state = strip_prefix(state, "vit.")
     state.pop("embeddings.mask_token", None)  # only used for masked-image-modelling
-    depth = depth_of(state, r"encoder\.layer\.(\d+)\.")
+    depth = depth_of(state, r"encoder\.layer\.(\d+)\.", config.get("num_hidden_layers"))
     out: StateDict = {}
     for ours, theirs in _TOP.items():
         if theirs in state:

@@ -41,9 +41,10 @@ def vision_part(state: StateDict, notes: list[str]) -> StateDict:
     return strip_prefix(state, "vision_model.")
 
 
-def encoder_to_vitkit(state: StateDict, out: StateDict) -> int:
-    """Move ``encoder.layers.N.*`` (q/k/v fused into qkv) into ``out``; returns the depth."""
-    depth = depth_of(state, r"encoder\.layers\.(\d+)\.")
+def encoder_to_vitkit(state: StateDict, out: StateDict, stated: int | None = None) -> int:
+    """Move ``encoder.layers.N.*`` (q/k/v fused into qkv) into ``out``; returns the depth
+    (``stated``: the config's ``num_hidden_layers``, checked against the blocks present)."""
+    depth = depth_of(state, r"encoder\.layers\.(\d+)\.", stated)
     for i in range(depth):
         hf = f"encoder.layers.{i}."
         for part in ("weight", "bias"):
@@ -77,7 +78,7 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
         "norm.bias": state.pop("post_layernorm.bias"),
     }
     state.pop("embeddings.position_ids", None)  # a buffer of older checkpoints
-    depth = encoder_to_vitkit(state, out)
+    depth = encoder_to_vitkit(state, out, cfg.get("num_hidden_layers"))
     if projection is not None:
         out["head.weight"] = projection
     out.update(state)  # anything left is reported as unexpected by the strict load

@@ -39,7 +39,7 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
                               "support; the small, base and large models load")
     state = {k.removeprefix("dinov2."): v for k, v in state.items()}
     state.pop("embeddings.mask_token", None)  # masked-image modelling only
-    depth = depth_of(state, r"encoder\.layer\.(\d+)\.")
+    depth = depth_of(state, r"encoder\.layer\.(\d+)\.", config.get("num_hidden_layers"))
     out: StateDict = {
         "cls_token": state.pop("embeddings.cls_token"),
         "patch_embed.proj.weight": state.pop("embeddings.patch_embeddings.projection.weight"),

@@ -38,7 +38,7 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
         "norm.weight": state.pop("post_layernorm.weight"),
         "norm.bias": state.pop("post_layernorm.bias"),
     }
-    depth = encoder_to_vitkit(state, out)
+    depth = encoder_to_vitkit(state, out, cfg.get("num_hidden_layers"))
     width = out["patch_embed.proj.weight"].shape[0]
     pool = "avg"
     if "head.probe" in state:

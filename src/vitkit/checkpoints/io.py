@@ -30,6 +30,7 @@ from vitkit.checkpoints.common import (
     CheckpointError,
     StateDict,
     infer_num_heads,
+    shallower_than_known,
     strip_prefix,
 )
 from vitkit.checkpoints.formats import EXPORTS, FORMATS
@@ -346,12 +347,18 @@ def load_model(
     cnn = is_cnn(kwargs)  # a ResNet baseline or teacher
     model = CNN(CNNConfig(**kwargs)) if cnn else VisionTransformer(ViTConfig(**kwargs))
     missing, unexpected = load_state(model, state, strict, verbose)
+    suspect = None
+    if not cnn and getattr(formats.get(fmt), "DEPTH_FROM_WEIGHTS", False) and not ckpt.config:
+        suspect = shallower_than_known(model.cfg.embed_dim, model.cfg.depth, model.cfg.mlp_dim)
+        if suspect:
+            say(suspect, verbose, logging.WARNING)
     for note in notes:
         say(note, verbose)
     # what was adapted on the way in, for `vitkit doctor` and for anyone who asks
     model.load_record = {"source": str(source), "format": fmt, "missing": missing,
                          "unexpected": unexpected, "notes": list(notes),
-                         "head_replaced": None, "interpolated": None}
+                         "head_replaced": None, "interpolated": None,
+                         "depth_suspect": suspect}
     if num_classes is not None and num_classes != model.num_classes:
         model.load_record["head_replaced"] = [model.num_classes, num_classes]
         say(f"head replaced: the checkpoint has {model.num_classes} classes, the new head has "

@@ -28,10 +28,12 @@ from vitkit.checkpoints.common import (
     new_options_refusal,
     refuse,
 )
+from vitkit.checkpoints.timm import depth_of
 from vitkit.util.files import atomic_write
 
 NAME = "jax"
 LABEL = "JAX .npz (embedding/kernel)"
+DEPTH_FROM_WEIGHTS = True  # a bare file does not state its depth: blocks may be lost unseen
 # The ViTConfig fields google-research/vision_transformer's layout holds: the arrays show the
 # shapes, the heads (query kernels are (D, heads, d)), [CLS] or not, a MAP head, a pre-logits
 # layer; LayerNorm eps and the two interpolation options go in as vitkit's own arrays. Square
@@ -96,7 +98,8 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
     if stacked:
         depth = w["Transformer/encoderblock/LayerNorm_0/scale"].shape[0]
     else:
-        depth = len({k.split("/")[1] for k in w if k.startswith("Transformer/encoderblock_")})
+        depth = depth_of(w, r"Transformer/encoderblock_(\d+)/") if any(
+            k.startswith("Transformer/encoderblock_") for k in w) else 0
     if depth == 0:
         raise CheckpointError("JAX checkpoint has no Transformer/encoderblock_N")
     heads = None

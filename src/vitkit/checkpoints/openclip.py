@@ -18,6 +18,7 @@ from vitkit.checkpoints.timm import depth_of
 
 NAME = "openclip"
 LABEL = "OpenCLIP / OpenAI CLIP (visual.conv1, visual.transformer.resblocks)"
+DEPTH_FROM_WEIGHTS = True  # a bare file does not state its depth: blocks may be lost unseen
 _BLOCK = {"ln_1": "norm1", "attn.in_proj_weight": "attn.qkv.weight",
           "attn.in_proj_bias": "attn.qkv.bias", "attn.out_proj": "attn.proj", "ln_2": "norm2",
           "mlp.c_fc": "mlp.fc1", "mlp.c_proj": "mlp.fc2"}
@@ -46,7 +47,9 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
     proj = visual.pop("proj", None)
     if proj is not None:
         out["head.weight"] = proj.T.contiguous()  # (D, E) -> (E, D)
-    depth = depth_of(visual, r"transformer\.resblocks\.(\d+)\.")
+    depth = depth_of(visual, r"transformer\.resblocks\.(\d+)\.",
+                     (((config or {}).get("model_cfg") or {}).get("vision_cfg") or {}).get(
+                         "layers"))
     for key in list(visual):
         if key.startswith("transformer.resblocks."):
             i, rest = key[len("transformer.resblocks."):].split(".", 1)

@@ -19,11 +19,13 @@ from vitkit.checkpoints.common import (
     refuse,
 )
 from vitkit.checkpoints.writing import save_json, save_safetensors
+from vitkit.errors import MissingBlocks
 from vitkit.models.registry import MODEL_ARGS
 from vitkit.util.files import atomic_write
 
 NAME = "timm"
 LABEL = "timm/DeiT (patch_embed.proj.weight)"
+DEPTH_FROM_WEIGHTS = True  # a bare file does not state its depth: blocks may be lost unseen
 # The ViTConfig fields the hub-style folder (config.json + model.safetensors) holds: the keys
 # and timm's model_args, plus norm_eps and pos_antialias as vitkit's own config entries. A
 # missing patch or head bias is written as zeros (timm always has one, except the patch bias
@@ -43,12 +45,28 @@ def detect(ckpt: Checkpoint) -> bool:
     return "patch_embed.proj.weight" in ckpt.state
 
 
-def depth_of(state: StateDict, pattern: str) -> int:
-    """Number of blocks: one more than the largest index matched by ``pattern``'s group."""
+def depth_of(state: StateDict, pattern: str, stated: int | None = None) -> int:
+    """Number of blocks: one more than the largest index matched by ``pattern``'s group.
+
+    A gap in the indices, or fewer blocks than ``stated`` (the depth the checkpoint's config
+    gives), is a :class:`MissingBlocks` error: inferring the depth from what is there would
+    load a shallower model than the one that was saved, with every key matched.
+    """
     indices = {int(m.group(1)) for k in state if (m := re.match(pattern, k))}
     if not indices:
         raise CheckpointError(f"no transformer blocks found (no key matches {pattern!r})")
-    return max(indices) + 1
+    depth = max(max(indices) + 1, int(stated or 0))
+    missing = sorted(set(range(depth)) - indices)
+    if missing:
+        shown = ", ".join(map(str, missing[:12])) + (" ..." if len(missing) > 12 else "")
+        why = (f"its config says {stated} blocks" if stated and stated > max(indices) + 1
+               else f"the indices run to {max(indices)}")
+        raise MissingBlocks(
+            f"the checkpoint lacks transformer block(s) {shown}: it holds {len(indices)} of "
+            f"{depth} blocks ({why}). Loading what is there would build a different, shallower "
+            "model. The file is incomplete or was edited: restore it from its source "
+            "(`vitkit doctor FILE` reports what is missing)", missing, len(indices))
+    return depth
 
 
 def unsupported(state: StateDict, config: dict) -> list[str]:
@@ -90,7 +108,7 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
     model_args = {**ours, **model_args}
     w = state["patch_embed.proj.weight"]  # (D, C, P, P)
     width, in_chans, patch = w.shape[0], w.shape[1], w.shape[2]
-    depth = depth_of(state, r"blocks\.(\d+)\.")
+    depth = depth_of(state, r"blocks\.(\d+)\.", model_args.get("depth"))
     mlp_dim = state["blocks.0.mlp.fc1.weight"].shape[0]
     class_token = "cls_token" in state
     distilled = "dist_token" in state

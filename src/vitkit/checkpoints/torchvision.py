@@ -26,6 +26,7 @@ from vitkit.util.files import atomic_write
 
 NAME = "torchvision"
 LABEL = "torchvision ViT (conv_proj.weight)"
+DEPTH_FROM_WEIGHTS = True  # a bare file does not state its depth: blocks may be lost unseen
 # The ViTConfig fields a torchvision state dict holds: what the shapes show (square images, the
 # grid read back from the table), the pre-logits layer (representation_size); a missing head
 # bias is written as zeros. The number of heads is not stored anywhere (torchvision's users pass

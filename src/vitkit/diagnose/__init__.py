@@ -25,11 +25,12 @@ import torch
 from vitkit.checkpoints import load_model
 from vitkit.data.datasets import load_split
 from vitkit.data.images import Preprocess, load_image, preprocessing
+from vitkit.diagnose import foreign
 from vitkit.diagnose import maps as maps_checks
 from vitkit.diagnose import runs as run_checks
 from vitkit.diagnose import weights as weight_checks
 from vitkit.diagnose.findings import Finding, to_json, to_text, worst
-from vitkit.errors import DataError
+from vitkit.errors import DataError, MissingBlocks
 from vitkit.explain.stats import token_norms
 from vitkit.models.cnn import is_cnn
 from vitkit.recipe import RunPlan
@@ -96,8 +97,10 @@ def diagnose(target: str | os.PathLike, img_size=None, image: str | os.PathLike 
              data: str | None = None) -> list[Finding]:
     """Every check that applies to ``target``.
 
-    ``target``: a run folder (``config.yaml``, ``metrics.csv``, ``train.log``; its
-    ``last.safetensors`` is checked too), a checkpoint, or a maps file (``.npy``/``.npz``).
+    ``target``: a run folder of ``vitkit train`` (``config.yaml``, ``metrics.csv``,
+    ``train.log``; its ``last.safetensors`` is checked too), of timm's ``train.py``
+    (``args.yaml``, ``summary.csv``) or of a Hugging Face Trainer (``trainer_state.json``; its
+    saved model too), a checkpoint, or a maps file (``.npy``/``.npz``).
     ``img_size``: the input size the checkpoint is meant for (checks the position table).
     ``image`` or ``data`` (a data spec: a few of its validation images): compute the maps and
     token norms of the model and check them too.
@@ -107,10 +110,13 @@ def diagnose(target: str | os.PathLike, img_size=None, image: str | os.PathLike 
         raise DataError(f"no such run folder, checkpoint or maps file: {path}")
     findings: list[Finding] = []
     checkpoint = None
-    if path.is_dir() and (path / "config.yaml").exists():
+    kind = foreign.kind(path) if path.is_dir() else None
+    if kind is not None:
         findings += diagnose_run(path)
-        if (path / "last.safetensors").exists():
+        if kind == "vitkit" and (path / "last.safetensors").exists():
             checkpoint = path / "last.safetensors"
+        elif kind == "hf" and (path / "model.safetensors").exists():
+            checkpoint = path  # save_model's folder: config.json and model.safetensors
     elif path.is_file() and _is_maps_file(path):
         return _apply("maps", maps_checks.read_maps(path), {})
     else:
@@ -133,7 +139,16 @@ def start_of_run(config: dict, plan: RunPlan) -> list[Finding]:
 
 
 def _diagnose_checkpoint(path: Path, img_size, image, data) -> list[Finding]:
-    model = load_model(path, verbose=False)
+    try:  # not strict: what is missing or extra becomes a finding, not a refusal
+        model = load_model(path, strict=False, verbose=False)
+    except MissingBlocks as err:
+        return [Finding(
+            "weights.partially_loaded", "error",
+            f"transformer block(s) {', '.join(map(str, err.missing[:12]))} are missing from "
+            f"the file ({err.found} present)", {"missing_blocks": err.missing[:12],
+                                                 "blocks_present": err.found},
+            "A model built from what is there would be a different, shallower one; every "
+            "loader in vitkit refuses it.", "restore the file from its source")]
     if is_cnn(model):
         return [Finding("weights.trained", "ok",
                         f"a CNN ({model.cfg.arch}): the doctor's checks are for ViTs")]

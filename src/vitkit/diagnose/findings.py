@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-LEVELS = ("error", "warning", "ok")
+LEVELS = ("error", "warning", "unknown", "ok")
 
 
 @dataclass
 class Finding:
     """One check's verdict.
 
-    ``level``: "error" (this will not work / is wrong), "warning" (likely to hurt), "ok".
+    ``level``: "error" (this will not work / is wrong), "warning" (likely to hurt), "unknown"
+    (the check cannot tell from what it has: too few steps, a shape that fits two readings;
+    ``why`` says what would let it tell), "ok".
     ``measured``: the numbers the verdict rests on. ``why``: one or two sentences on why it
     matters. ``fix``: a command or a line of code (empty when there is nothing to do).
     """
@@ -56,7 +58,8 @@ def to_text(findings: list[Finding], target: str) -> str:
         if f.fix and f.level != "ok":
             lines.append(f"    fix: {f.fix}")
     counts = {level: sum(f.level == level for f in findings) for level in LEVELS}
-    lines.append(f"{counts['error']} error(s), {counts['warning']} warning(s), "
+    unknown = f", {counts['unknown']} cannot tell" if counts["unknown"] else ""
+    lines.append(f"{counts['error']} error(s), {counts['warning']} warning(s){unknown}, "
                  f"{counts['ok']} fine")
     return "\n".join(lines)
 

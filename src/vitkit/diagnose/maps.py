@@ -22,6 +22,7 @@ from vitkit.explain import stats
 UNIFORM = 0.95  # mean row entropy above 0.95 ln T: rows near uniform, the map says nothing
 SINK = 0.5  # a few columns (2% of tokens, at least 1) taking half of every row: a sink
 SINK_SHARE_OF_TOKENS = 0.02
+SINK_ROWS = 0.9  # "every row": at least 90% of the rows of a layer, in every image given
 ARTIFACT_MAD = 8.0  # token norm above median + 8 MAD (Darcet et al. 2023: artifact tokens have
 # norms ~10x the others in large ViTs)
 LOCAL_HEADS = 0.75  # an early head looking closer than 0.75x uniform attention is local
@@ -111,8 +112,16 @@ def check_heads(m: Maps, ctx: dict) -> Finding:
 
 
 def check_layers(m: Maps, ctx: dict) -> Finding:
-    """Only the final layer given."""
+    """Only the final layer given (a 3-D array cannot say whether it is one layer)."""
     layers = m.maps.shape[0]
+    if m.given_as == "one layer (heads)":
+        return Finding(
+            "maps.layers", "unknown",
+            f"cannot tell: a 3-D array ({m.maps.shape[2]}, T, T) is one layer's heads or every "
+            "layer with its heads averaged", {"entries": m.maps.shape[2]},
+            "Either way something is lost (the other layers, or the heads: see maps.heads); "
+            "save (layers, heads, T, T) to have both checked.",
+            "vitkit attention writes *_maps.npy as (layers, heads, T, T)")
     if layers == 1:
         return Finding(
             "maps.layers", "warning", "one layer only", {"layers": layers},
@@ -141,19 +150,19 @@ def check_uniform(m: Maps, ctx: dict) -> Finding:
 
 
 def check_sinks(m: Maps, ctx: dict) -> Finding:
-    """A few columns absorbing most of every row (attention sinks)."""
+    """A few columns absorbing most of nearly every row (attention sinks), in every image."""
     t = m.maps.shape[-1]
     k = max(1, round(SINK_SHARE_OF_TOKENS * t))
-    share = stats.sink_share(list(m.maps), k)  # (L,)
-    sunk = [i for i, s in enumerate(share.tolist()) if s > SINK]
+    rows = stats.sunk_rows(list(m.maps), k, SINK)  # (L, B)
+    sunk = [i for i, r in enumerate(rows.min(dim=1).values.tolist()) if r >= SINK_ROWS]
     column_mass = m.maps.float().mean(dim=(1, 2, 3))  # (L, T)
     tops = sorted({int(c) for i in sunk for c in column_mass[i].topk(k).indices})
-    measured = {"max_share": share.max().item(), "columns": k}
+    measured = {"max_sunk_rows": rows.max().item(), "columns": k, "images": rows.shape[1]}
     if sunk:
         return Finding(
             "maps.sinks", "warning",
-            f"attention sinks: {k} token(s) ({tops[:8]}) take over {SINK:.0%} of every row in "
-            f"layers {sunk}", measured,
+            f"attention sinks: {k} token(s) ({tops[:8]}) take over {SINK:.0%} of at least "
+            f"{SINK_ROWS:.0%} of the rows in layers {sunk}", measured,
             "Sinks (often background patches, Darcet et al. 2023) dominate [CLS] maps and "
             "rollout, hiding where the model looks.",
             "read the map without those tokens, or use a model with registers "

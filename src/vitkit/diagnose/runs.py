@@ -13,14 +13,15 @@ import json
 import math
 import re
 import statistics
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from vitkit.diagnose import foreign
 from vitkit.diagnose.findings import Finding
+from vitkit.diagnose.run import Run
 from vitkit.errors import DataError
-from vitkit.recipe import RunPlan, plan_run
+from vitkit.recipe import RunPlan
 
 # Below ~100k images a ViT from scratch loses to a CNN of the same size; above a few million
 # it wins (Dosovitskiy et al. 2021, Fig. 3-4: ImageNet-1k vs ImageNet-21k vs JFT-300M).
@@ -35,74 +36,46 @@ SCRATCH_MAX_LR = 1e-2
 WEIGHT_DECAY = (0.01, 0.3)  # DeiT uses 0.05; outside this range is far from it
 HEAVY_AUG_MIN_EPOCHS = 100  # RandAugment + MixUp/CutMix help ViTs over 300 epochs (DeiT);
 # `vitkit study` measures that they hurt at short budgets
-# Cross-entropy at chance is ln(classes); within 5% of it after the first epochs the model has
-# learned nothing (the first thing to check in Karpathy's "A Recipe for Training Neural Nets").
+# Cross-entropy at chance is ln(classes); within 5% of it the model predicts about as well as a
+# constant (the first thing to check in Karpathy's "A Recipe for Training Neural Nets").
 NOT_LEARNING = 0.05
+# A ViT from scratch often sits near chance for its first few hundred steps (warmup, then the
+# attention has to find the patches that matter), so a flat loss is only a verdict after this
+# many optimizer steps; before it the check says it cannot tell.
+MIN_STEPS = 200
+# Where the steps are unknown (timm's summary.csv counts epochs only), 20 epochs stand for
+# them: a few steps an epoch on the smallest datasets still add up to MIN_STEPS.
+MIN_EPOCHS = 20
+# A loss that fell by 1% of ln(classes) over the run, or a validation top-1 that rose 5 points,
+# is learning, slowly; a loss 5% above chance is worse than a constant guess: diverging.
+FALLING = 0.01
+TOP1_RISE = 0.05
 # Overfitting: a relative train/validation loss gap above 10% while the validation loss rises
-# 10% from its best (early stopping's signal, Prechelt 1998 "Early Stopping - But When?").
+# 10% from its best (early stopping's signal, Prechelt 1998 "Early Stopping - But When?"), or
+# a validation loss that stays MEMORISED x above a train loss already MEMORISED_NATS below it
+# (the model fits its training images far better than any other).
 OVERFIT_GAP = 0.10
+MEMORISED = 2.0
+MEMORISED_NATS = 0.5
 # Loss spikes: an epoch's train loss above 1.5x the running median of those before it (the
 # instabilities of large-lr ViT training, Dehghani et al. 2023 "Scaling ViT to 22B").
 SPIKE = 1.5
 
 
-@dataclass
-class Run:
-    """What a run folder says."""
-
-    folder: Path | None
-    config: dict
-    metrics: list[dict] = field(default_factory=list)
-    log: str = ""
-    plan: dict | None = None  # the trainer's resolved numbers (run.json, a RunPlan) if known
-
-    @property
-    def train_images(self) -> int | None:
-        if self.plan:
-            return int(self.plan["train_images"])
-        m = re.search(r"data \S+: (\d+) train", self.log)  # a run folder from before run.json
-        return int(m.group(1)) if m else None
-
-    @property
-    def classes(self) -> int | None:
-        if self.plan:
-            return int(self.plan["classes"])
-        m = re.search(r"(\d+) classes", self.log)
-        return int(m.group(1)) if m else None
-
-    @property
-    def vitkit_plan(self) -> RunPlan | None:
-        """The run's resolved numbers: the trainer's own (``run.json``), else computed from a
-        vitkit config by :func:`vitkit.recipe.plan_run` (one process assumed)."""
-        if self.plan:
-            return RunPlan(**self.plan)
-        if "recipe" not in self.config or self.train_images is None:
-            return None  # a foreign config: its lr is the lr itself, its schedule unknown
-        try:
-            return plan_run(self.config, self.train_images, self.classes or 0)
-        except (TypeError, ValueError):
-            return None
-
-    @property
-    def effective_lr(self) -> float | None:
-        """The peak learning rate: vitkit's lr is per 512 images, scaled by the global batch
-        (processes and accumulation steps included); another program's is the lr itself."""
-        plan = self.vitkit_plan
-        if plan is not None:
-            return plan.lr
-        lr = self.config.get("lr")
-        try:
-            return float(lr) if lr is not None else None
-        except (TypeError, ValueError):
-            return None
-
-
 def read_run(folder: str | Path) -> Run:
-    """The config, metrics and log of a run folder."""
+    """The config, metrics and log of a run folder: vitkit's, timm ``train.py``'s or a Hugging
+    Face Trainer's (:mod:`vitkit.diagnose.foreign`)."""
     folder = Path(folder)
-    if not (folder / "config.yaml").is_file():
-        raise DataError(f"{folder} is not a run folder: no config.yaml (expected the folder "
-                        "`vitkit train` writes: config.yaml, metrics.csv, train.log)")
+    kind = foreign.kind(folder)
+    if kind == "timm":
+        return foreign.read_timm(folder)
+    if kind == "hf":
+        return foreign.read_hf(folder)
+    if kind is None:
+        raise DataError(f"{folder} is not a run folder: expected the folder `vitkit train` "
+                        "writes (config.yaml, metrics.csv, train.log), timm train.py's "
+                        "(args.yaml, summary.csv) or a Hugging Face Trainer's "
+                        "(trainer_state.json)")
     try:
         config = yaml.safe_load((folder / "config.yaml").read_text()) or {}
     except yaml.YAMLError as err:
@@ -180,24 +153,30 @@ def check_recipe(run: Run, ctx: dict) -> list[Finding]:
     warmup = next((float(cfg[k]) for k in ("warmup_epochs", "warmup_steps", "warmup_ratio")
                    if float(cfg.get(k, 0) or 0) > 0), 0.0)
     clip = float(cfg.get("clip_grad", 0) or 0)
-    scratch = not (cfg.get("init") or cfg.get("pretrained"))
-    if opt.startswith("sgd") and lr is not None and lr >= SGD_LR and not warmup and not clip:
+    scratch = None if "init" in run.unknown else not (cfg.get("init") or cfg.get("pretrained"))
+    if opt.startswith("sgd") and (scratch or (lr is not None and lr >= SGD_LR)):
+        what = "from scratch" if scratch else f"at lr {lr:g}"
         out.append(Finding(
             "run.recipe", "warning",
-            f"SGD at lr {lr:g} without warmup or gradient clipping: a CNN recipe",
-            {"optimizer": opt, "lr": lr, "warmup_epochs": warmup, "clip_grad": clip},
-            "ViTs diverge or train poorly under ResNet schedules; they are trained with AdamW, "
-            "a warmup and clipping.",
+            f"SGD {what}: a CNN recipe" + ("" if warmup or clip else
+                                           ", without warmup or gradient clipping"),
+            {"optimizer": opt, "lr": lr, "warmup": warmup, "clip_grad": clip},
+            "ViTs trained from scratch with SGD and momentum (the ResNet recipe) train poorly "
+            "or diverge, warmup or not; they are trained with AdamW, a warmup and clipping. "
+            "(SGD is fine for fine-tuning at a small lr, as the ViT paper does.)",
             "vitkit train --recipe deit (AdamW, lr 5e-4 per 512 images, 5 warmup epochs)"))
-    if not scratch and opt.startswith("adam") and lr is not None and lr > FINETUNE_MAX_LR:
+    adam = opt.startswith("adam") or "optimizer" in run.unknown  # the Trainer's default: AdamW
+    if scratch is False and adam and lr is not None and lr > FINETUNE_MAX_LR:
         out.append(Finding(
             "run.recipe", "warning", f"fine-tuning with AdamW at lr {lr:g}",
             {"lr": lr, "threshold": FINETUNE_MAX_LR},
             "A learning rate this high erases the pre-trained features in the first steps.",
             "vitkit train --recipe finetune --init CKPT (lr 1e-4 per 512 images)"))
-    if scratch and opt.startswith("adam") and lr is not None and lr > SCRATCH_MAX_LR:
+    if scratch is not False and adam and lr is not None and lr > SCRATCH_MAX_LR:
         out.append(Finding(
-            "run.recipe", "warning", f"AdamW at lr {lr:g} from scratch",
+            "run.recipe", "warning",
+            f"AdamW at lr {lr:g}" + (" from scratch" if scratch else ", too high even from "
+                                     "scratch"),
             {"lr": lr, "threshold": SCRATCH_MAX_LR},
             "ViTs are trained with AdamW at about 5e-4 per 512 images (DeiT); far above it the "
             "loss stalls at chance or diverges.",
@@ -238,7 +217,8 @@ def check_recipe(run: Run, ctx: dict) -> list[Finding]:
             "--warmup-steps about a tenth of --steps, or --warmup-epochs well below --epochs"))
     if not out:
         out.append(Finding("run.recipe", "ok", f"a ViT recipe ({opt}, lr {lr if lr else '?'})",
-                           {"optimizer": opt}))
+                           {"optimizer": opt, **({"assumed": "; ".join(run.notes)}
+                                                 if run.notes else {})}))
     return out
 
 
@@ -250,6 +230,10 @@ def _schedule(run: Run) -> tuple[int, int]:
 
 
 def _epochs(run: Run) -> float | None:
+    """The epochs the run is planned for (the same number before and after it ran)."""
+    plan = run.vitkit_plan
+    if plan is not None and plan.epochs:
+        return plan.epochs
     if run.metrics:
         return run.metrics[-1].get("epoch")
     steps = run.config.get("steps")
@@ -258,63 +242,126 @@ def _epochs(run: Run) -> float | None:
     return run.config.get("epochs")
 
 
+def _finite(values) -> list[float]:
+    return [v for v in values if v is not None and math.isfinite(v)]
+
+
 def check_learning(run: Run, ctx: dict) -> Finding | None:
-    """Train loss still within NOT_LEARNING of ln(classes) after the first epochs."""
-    losses = [r["train_loss"] for r in run.metrics if r.get("train_loss") is not None]
+    """Is the loss going anywhere? Above chance (diverging), flat at chance after MIN_STEPS
+    steps (not learning), near chance but falling (learning, slowly), or too early to tell."""
+    raw = [r["train_loss"] for r in run.metrics if r.get("train_loss") is not None]
     classes = run.classes
-    if len(losses) < 2 or not classes or classes < 2:
+    if not raw or not classes or classes < 2:
         return None
     chance = math.log(classes)
-    last = losses[-1]
-    measured = {"train_loss": last, "ln_classes": chance, "epochs": len(losses)}
-    if abs(last - chance) <= NOT_LEARNING * chance:
+    if len(_finite(raw)) < len(raw):
+        return Finding("run.learning", "unknown",
+                       "cannot tell: the loss is not a number (see run.stability)",
+                       {"epochs": len(raw)},
+                       "A NaN or infinite loss says nothing about learning; the run diverged.")
+    losses, steps = raw, run.steps
+    first, last = losses[0], losses[-1]
+    top1 = [r["val_top1"] for r in run.metrics if r.get("val_top1") is not None]
+    val = _finite(r.get("val_loss") for r in run.metrics)
+    measured = {"train_loss": last, "first_train_loss": first, "ln_classes": chance,
+                "epochs": len(losses), "steps": steps if steps is not None else "?"}
+    if top1:
+        measured["val_top1"] = top1[-1]
+    if last > chance * (1 + NOT_LEARNING) or (val and val[-1] > chance * (1 + NOT_LEARNING)):
+        worse = max(last, val[-1] if val else last)
         return Finding(
             "run.learning", "error",
-            f"not learning: the train loss {last:.3f} is still ln({classes}) = {chance:.3f} "
-            f"after {len(losses)} epochs", measured,
-            "The model predicts at chance: the learning rate is far off, the labels do not "
-            "match the images, or the augmentation destroys them.",
-            "try --lr 10x lower and higher, --warmup-epochs 1, and no augmentation first")
-    return Finding("run.learning", "ok", f"learning: train loss {losses[0]:.3f} -> {last:.3f} "
-                   f"(chance {chance:.3f})", measured)
+            f"diverging: the loss {worse:.3f} is above chance, ln({classes}) = {chance:.3f}"
+            + (f", having started at {first:.3f}" if len(losses) > 1 else ""), measured,
+            "A loss above what a constant guess scores means confident wrong predictions: the "
+            "updates are too large (a learning rate far too high, no warmup) or the labels do "
+            "not match the images.",
+            "--lr 10x lower with --warmup-epochs 5 and --clip-grad 1.0; check the labels")
+    if abs(last - chance) > NOT_LEARNING * chance:
+        return Finding("run.learning", "ok", f"learning: train loss {first:.3f} -> {last:.3f} "
+                       f"(chance {chance:.3f})", measured)
+    # progress below chance: a loss that fell from far above chance back to it has not learned
+    falling = min(first, chance) - last >= FALLING * chance or (
+        len(top1) > 1 and top1[-1] - top1[0] >= TOP1_RISE)
+    if falling:
+        return Finding("run.learning", "ok",
+                       f"learning, slowly: train loss {first:.3f} -> {last:.3f}, still near "
+                       f"chance ({chance:.3f})", measured,
+                       "The loss is falling; more steps will tell how far it goes.")
+    enough = steps >= MIN_STEPS if steps is not None else len(losses) >= MIN_EPOCHS
+    if not enough:
+        return Finding(
+            "run.learning", "unknown",
+            f"cannot tell yet: the loss is at chance ({last:.3f} vs ln({classes}) = "
+            f"{chance:.3f}) after "
+            + (f"{steps} steps" if steps is not None else f"{len(losses)} epochs"), measured,
+            f"A ViT from scratch often sits at chance for its first few hundred steps; after "
+            f"{MIN_STEPS} steps ({MIN_EPOCHS} epochs where the steps are not recorded) without "
+            "the loss falling it is not learning.",
+            "train longer (a few hundred steps at least), then ask again")
+    return Finding(
+        "run.learning", "error",
+        f"not learning: the train loss {last:.3f} is still ln({classes}) = {chance:.3f} after "
+        f"{steps if steps is not None else len(losses)} "
+        f"{'steps' if steps is not None else 'epochs'}, and not falling", measured,
+        "The model predicts at chance: the learning rate is far off, the labels do not "
+        "match the images, or the augmentation destroys them.",
+        "try --lr 10x lower and higher, --warmup-epochs 1, and no augmentation first")
 
 
 def check_overfitting(run: Run, ctx: dict) -> Finding | None:
-    """Validation loss rising from its best while far above the train loss."""
+    """Validation loss rising from its best while far above the train loss, or a validation
+    loss that stays far above a train loss near zero (memorising)."""
     rows = [r for r in run.metrics if r.get("val_loss") is not None
             and r.get("train_loss") is not None]
+    rows = [r for r in rows if math.isfinite(r["val_loss"]) and math.isfinite(r["train_loss"])]
     if len(rows) < 3:
         return None
     last = rows[-1]
+    train_loss, val_loss = last["train_loss"], last["val_loss"]
     best = min(r["val_loss"] for r in rows)
-    gap = (last["val_loss"] - last["train_loss"]) / max(last["val_loss"], 1e-12)
-    rising = last["val_loss"] > best * (1 + OVERFIT_GAP)
-    measured = {"train_loss": last["train_loss"], "val_loss": last["val_loss"],
-                "best_val_loss": best, "gap": gap}
+    gap = (val_loss - train_loss) / max(val_loss, 1e-12)
+    rising = val_loss > best * (1 + OVERFIT_GAP)
+    memorised = val_loss > MEMORISED * train_loss and val_loss - train_loss > MEMORISED_NATS
+    measured = {"train_loss": train_loss, "val_loss": val_loss, "best_val_loss": best,
+                "gap": gap}
+    fix = ("more data or augmentation (--recipe deit), --drop-path 0.1, fewer epochs, or "
+           "fine-tune a pre-trained model; best.safetensors holds the best epoch")
     if gap > OVERFIT_GAP and rising:
         return Finding(
             "run.overfitting", "warning",
-            f"overfitting: the validation loss rose from {best:.3f} to {last['val_loss']:.3f} "
-            f"while the train loss is {last['train_loss']:.3f}", measured,
-            "The model memorises the training images; ViTs do so fast on small data.",
-            "more data or augmentation (--recipe deit), --drop-path 0.1, fewer epochs, or "
-            "fine-tune a pre-trained model; best.safetensors holds the best epoch")
+            f"overfitting: the validation loss rose from {best:.3f} to {val_loss:.3f} "
+            f"while the train loss is {train_loss:.3f}", measured,
+            "The model memorises the training images; ViTs do so fast on small data.", fix)
+    if memorised:
+        return Finding(
+            "run.overfitting", "warning",
+            f"memorising: a train loss of {train_loss:.3f} against a validation loss of "
+            f"{val_loss:.3f} ({val_loss / max(train_loss, 1e-12):.0f}x)", measured,
+            "The model fits its training images far better than any other: it has memorised "
+            "them, and more epochs will not help the validation score.", fix)
     return Finding("run.overfitting", "ok", "no sign of overfitting", measured)
 
 
 def check_stability(run: Run, ctx: dict) -> Finding | None:
-    """A non-finite loss, or spikes above SPIKE x the running median."""
-    if re.search(r"loss became (nan|inf|-inf)", run.log, re.IGNORECASE):
+    """A non-finite loss (error), or spikes above SPIKE x the running median (warning)."""
+    stopped = re.search(r"loss became (nan|inf|-inf)", run.log, re.IGNORECASE)
+    bad = [(int(r.get("epoch") or i + 1), k) for i, r in enumerate(run.metrics)
+           for k in ("train_loss", "val_loss")
+           if r.get(k) is not None and not math.isfinite(r[k])]
+    if stopped or bad or run.non_finite:
+        where = (f"at epochs {sorted({e for e, _ in bad})}" if bad else
+                 f"({run.non_finite[0]})" if run.non_finite else "and the run stopped")
         return Finding(
-            "run.stability", "error", "the loss became non-finite and the run stopped", {},
-            "A learning rate too high, no warmup, or broken images.",
+            "run.stability", "error", f"the loss became non-finite {where}",
+            {"non_finite": [f"epoch {e} {k}" for e, k in bad][:6]},
+            "The run diverged: a learning rate too high, no warmup, float16 overflow or broken "
+            "images.",
             "--lr lower, --warmup-epochs 5, --clip-grad 1.0; the last good checkpoint is "
             "last.safetensors")
     losses = [r["train_loss"] for r in run.metrics if r.get("train_loss") is not None]
-    spikes = [i + 1 for i in range(2, len(losses))
+    spikes = [i + 1 for i in range(1, len(losses))
               if losses[i] > SPIKE * statistics.median(losses[:i])]
-    if any(not math.isfinite(v) for v in losses):
-        spikes = spikes or [len(losses)]
     if spikes:
         return Finding(
             "run.stability", "warning",
@@ -322,6 +369,6 @@ def check_stability(run: Run, ctx: dict) -> Finding | None:
             {"epochs": spikes},
             "Spikes mean steps too large for the curvature: training is on the edge of "
             "diverging.", "--clip-grad 1.0, a longer --warmup-epochs, or --lr lower")
-    if len(losses) >= 3:
+    if len(losses) >= 2:
         return Finding("run.stability", "ok", "no loss spikes", {"epochs": len(losses)})
     return None

@@ -22,10 +22,29 @@ INIT_KURTOSIS_TOLERANCE = 0.5  # |excess kurtosis| of a normal sample of thousan
 # positions. Random tables score ~0 (+-1/sqrt(D * pairs)); trained ones clearly positive
 # (Dosovitskiy et al. 2021, Fig. 7: neighbouring patches get similar embeddings).
 STRUCTURE_MIN = 0.05
+# How far training has taken the blocks: the mean |gain - 1| of their LayerNorms, which start
+# at exactly 1. Measured on vit_nano runs on the digits: 44 steps at lr 6e-5 move them 0.0004
+# (the table still looks like its initial draw), 150 steps at 1e-3 0.008 (the table's std
+# already 0.026, clear of the 10% band), 300 steps at 5e-3 0.046 (table std 0.117, 2-D
+# structure 0.16); converged released models far more. Below this a table that has not moved
+# from its initial draw is what a short run leaves, not a sign it was replaced.
+TRAINED_EXTENT = 0.02
 
 
 def _layernorm_at_init(*norms: torch.nn.LayerNorm) -> bool:
     return all(torch.all(n.weight == 1).item() and torch.all(n.bias == 0).item() for n in norms)
+
+
+def _final_norms(model) -> list[torch.nn.LayerNorm]:
+    return [m for m in (getattr(model, "norm", None), getattr(model, "fc_norm", None))
+            if isinstance(m, torch.nn.LayerNorm)]
+
+
+def training_extent(model) -> float:
+    """Mean |gain - 1| of the blocks' LayerNorms: 0 at initialisation, growing with training."""
+    gains = [(n.weight.detach().float() - 1).abs().mean()
+             for b in model.blocks for n in (b.norm1, b.norm2)]
+    return torch.stack(gains).mean().item() if gains else 0.0
 
 
 def blocks_at_init(model) -> list[int]:
@@ -82,7 +101,8 @@ def check_trained(model, ctx: dict) -> Finding:
     """Never trained / not loaded (every block at init), or partially loaded (some blocks)."""
     at_init = blocks_at_init(model)
     depth = len(model.blocks)
-    final = _layernorm_at_init(model.norm)
+    finals = _final_norms(model)
+    final = bool(finals) and _layernorm_at_init(*finals)
     tokens = [t for t in model._prefix_params()]
     token_std = max((t.detach().float().std().item() for t in tokens if t.numel() > 1),
                     default=float("nan"))
@@ -111,25 +131,46 @@ def check_trained(model, ctx: dict) -> Finding:
             "Blocks at init pass noise through the residual stream: the model is a different, "
             "broken one. This is what strict=False or a renamed key does silently.",
             f"load strictly to see the missing keys: vitkit.load_model('{source}', strict=True)")
+    if final:
+        return Finding(
+            "weights.partially_loaded", "error",
+            "the final LayerNorm is still at initialisation while every block is trained",
+            measured,
+            "The last normalisation before the head scales every feature the head reads; left "
+            "at (1, 0) it is not the one the model was trained with: its weights did not load "
+            "(a renamed key such as fc_norm vs norm, or a non-strict load).",
+            f"load strictly to see the missing keys: vitkit.load_model('{source}', strict=True)")
     return Finding("weights.trained", "ok",
                    f"trained: the LayerNorms of all {depth} blocks moved from their initial "
                    "values", measured)
 
 
 def check_position_table(model, ctx: dict) -> Finding | None:
-    """A table that looks freshly initialised next to trained blocks (the
-    ``ignore_mismatched_sizes=True`` trap), or a table with 2-D structure."""
+    """A table that looks freshly initialised next to blocks trained far from theirs (the
+    ``ignore_mismatched_sizes=True`` trap); next to briefly trained blocks it cannot tell a
+    replaced table from one that has not moved yet, and says so."""
     if model.pos_embed is None:
         return None
     stats = table_stats(model)
     blocks_trained = not blocks_at_init(model)
+    extent = training_extent(model)
     gh, gw = model.cfg.grid_size
-    measured = {"grid": f"{gh}x{gw}", **stats}
+    measured = {"grid": f"{gh}x{gw}", **stats, "blocks_layernorm_moved": extent}
     if blocks_trained and table_looks_initial(stats):
+        if extent < TRAINED_EXTENT:
+            return Finding(
+                "weights.position_table", "unknown",
+                "cannot tell: the table looks like its initial draw, and the blocks have "
+                f"barely moved from theirs either (LayerNorm gains {extent:.3g} from 1)",
+                measured,
+                "A briefly trained model has not moved its position table yet, so this looks "
+                "the same as a table replaced at load time; after longer training a trained "
+                "table shows 2-D structure (neighbouring patches alike).",
+                "")
         return Finding(
             "weights.position_table", "warning",
             "the position table looks freshly initialised (std ~0.02, normal, no 2-D structure) "
-            "while the blocks are trained", measured,
+            f"while the blocks are trained (LayerNorm gains {extent:.3g} from 1)", measured,
             "This is what Hugging Face's ignore_mismatched_sizes=True does to a table of another "
             "size: it is replaced by random numbers, and the model loses where each patch is "
             "('breaks at 384' becomes 'worse than my ResNet').",
@@ -176,20 +217,42 @@ def check_table_fits(model, ctx: dict) -> Finding | None:
         f"vitkit resize {source} resized.safetensors --img-size {size}")
 
 
-def check_load_record(model, ctx: dict) -> Finding | None:
-    """What ``load_model`` adapted: keys left at init, a new head, an interpolated table."""
+def check_load_record(model, ctx: dict) -> list[Finding]:
+    """What ``load_model`` adapted: keys left at init, keys it had no place for, a depth that
+    fits no known ViT (lost last blocks), a new head, an interpolated table."""
     record = getattr(model, "load_record", None)
     if not record:
-        return None
+        return []
     measured = {"format": record["format"]}
+    source = ctx.get("source", "CHECKPOINT")
+    out = []
     if record["missing"]:
         measured["missing_keys"] = len(record["missing"])
-        return Finding(
+        out.append(Finding(
             "weights.load", "error",
             f"{len(record['missing'])} keys were not in the checkpoint and kept their initial "
             f"values: {', '.join(record['missing'][:6])}", measured,
-            "strict=False hides this: those parameters are random.",
-            "load with strict=True and fix the checkpoint or the architecture")
+            "Those parameters are random: the model is not the one that was saved. "
+            "strict=False hides this.",
+            "restore the checkpoint from its source, or fix the key names; "
+            f"vitkit.load_model('{source}') (strict) lists every missing key"))
+    if record.get("unexpected"):
+        out.append(Finding(
+            "weights.load", "warning",
+            f"{len(record['unexpected'])} keys in the checkpoint have no place in the model "
+            f"and were ignored: {', '.join(record['unexpected'][:6])}",
+            {**measured, "unexpected_keys": len(record["unexpected"])},
+            "Weights the model does not use: a different architecture, extra heads, or keys "
+            "renamed so they no longer match.",
+            "check that the file is the architecture you meant; vitkit info shows the model"))
+    if record.get("depth_suspect"):
+        out.append(Finding(
+            "weights.partially_loaded", "warning", record["depth_suspect"],
+            {"blocks": len(model.blocks), "width": model.cfg.embed_dim},
+            "A file that lost its last blocks still matches every key it has: only the depth "
+            "gives it away.", "compare with the original file, or give its config.json"))
+    if out:
+        return out
     notes = []
     if record["head_replaced"]:
         notes.append("a new head of {1} classes replaced {0}".format(*record["head_replaced"]))
@@ -197,4 +260,4 @@ def check_load_record(model, ctx: dict) -> Finding | None:
         (a, b), (c, d) = record["interpolated"]
         notes.append(f"the position table was interpolated from {a}x{b} to {c}x{d}")
     summary = "; ".join(notes) if notes else f"loaded as {record['format']}, every key matched"
-    return Finding("weights.load", "ok", summary, measured)
+    return [Finding("weights.load", "ok", summary, measured)]

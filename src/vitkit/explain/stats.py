@@ -3,7 +3,8 @@
 - ``attention_entropy``: how spread each head's rows are (ln T when uniform).
 - ``mean_attention_distance``: how far, in pixels, each head looks (Dosovitskiy et al. 2021,
   Fig. 7: trained ViTs have local heads in their early layers; an untrained one does not).
-- ``sink_share``: how much of every row a few columns absorb (attention sinks, registers).
+- ``sink_share``: how much of every row a few columns absorb (attention sinks, registers);
+  ``sunk_rows``: in how many rows they absorb most of it.
 - ``token_norms`` and ``outlier_tokens``: high-norm artifact tokens (Darcet et al. 2023).
 
 Maps are any sequence of (B, heads, T, T) tensors; results are (layers, heads) tensors averaged
@@ -61,6 +62,18 @@ def sink_share(maps: Sequence[torch.Tensor], k: int = 1) -> torch.Tensor:
     column_mass = a.mean(dim=(1, 2, 3))  # (L, T): how much each token receives on average
     top = column_mass.topk(k, dim=-1).values.sum(-1)  # (L,)
     return top
+
+
+def sunk_rows(maps: Sequence[torch.Tensor], k: int = 1, share: float = 0.5) -> torch.Tensor:
+    """Per layer and image, the fraction of rows (queries of every head) that give more than
+    ``share`` of their attention to the ``k`` columns receiving the most in that image ->
+    (layers, B). A sink takes that share of nearly every row; an object that many tokens look
+    at takes it of some rows only."""
+    a = _stack(maps)  # (L, B, H, T, T)
+    columns = a.mean(dim=(2, 3)).topk(k, dim=-1).indices  # (L, B, k)
+    idx = columns[:, :, None, None, :].expand(*a.shape[:4], k)
+    taken = a.gather(-1, idx).sum(-1)  # (L, B, H, T)
+    return (taken > share).float().mean(dim=(2, 3))
 
 
 @torch.no_grad()

@@ -230,6 +230,12 @@ def train(cfg: TrainConfig | None, resume: str | Path | None = None,
     try:
         held, created = _claim(run_dir, ctx, resume is not None, overwrite)
         return _train(cfg, resume, ctx, progress)
+    except NonFiniteLoss:
+        # a diverged run is kept, log and all: it is what `vitkit doctor` diagnoses
+        if ctx.main:
+            logger.info("kept %s with its log: vitkit doctor %s says what went wrong",
+                        run_dir, run_dir)
+        raise
     except BaseException:
         if held is not None:
             held.release()

@@ -143,7 +143,7 @@ def test_keys_left_at_init_by_a_non_strict_load_are_an_error(trained, tmp_path):
     save_file(state, tmp_path / "loose.safetensors")
     torch.save(state, tmp_path / "loose.pth")
     model = vitkit.load_model(tmp_path / "loose.pth", strict=False, verbose=False)
-    finding = weights.check_load_record(model, {})[0]
+    finding = weights.check_load_record(weights.Weights.of_model(model), {})[0]
     assert finding.level == "error" and "blocks.1.mlp.fc1.weight" in finding.summary
     # the doctor loads non-strictly itself: the missing key is a finding, not exit code 2
     found = [f for f in diagnose(tmp_path / "loose.safetensors") if f.check == "weights.load"]

@@ -3,11 +3,14 @@
 import pytest
 import timm
 import torch
-from conftest import small_vit
+from conftest import SMALL, small_vit
 from timm.layers import resample_abs_pos_embed
 from torch.utils.flop_counter import FlopCounterMode
 
+import vitkit
 from vitkit import VisionTransformer, create_model
+from vitkit.models.keys import state_keys
+from vitkit.models.registry import build_config
 
 from reference import RefViT
 
@@ -289,3 +292,23 @@ def test_a_block_with_drop_path_equals_timms_under_the_same_seed():
     torch.testing.assert_close(y_ours, y_theirs, atol=1e-6, rtol=1e-5)
     torch.manual_seed(4)
     assert not torch.allclose(ours(x)[0], y_ours)  # the seed matters: the masks are drawn
+
+
+@pytest.mark.parametrize("name", vitkit.list_models())
+def test_the_state_keys_of_a_config_are_the_models(name):
+    """models/keys.py lists the keys without building the model (the doctor reads a checkpoint
+    without torch with it): they must be the model's own, for every registered model ..."""
+    with torch.device("meta"):  # the structure only: no memory, no initialisation
+        model = VisionTransformer(build_config(name))
+    assert state_keys(model.cfg) == set(model.state_dict())
+
+
+@pytest.mark.parametrize("options", [
+    dict(pool="avg", fc_norm=True, class_token=False), dict(distilled=True, head_bias=False),
+    dict(pool="map", class_token=False, num_reg_tokens=4), dict(representation_size=32),
+    dict(pre_norm=True, patch_bias=False, qkv_bias=False, init_values=1e-5),
+    dict(num_classes=0), dict(no_embed_class=True, num_reg_tokens=2)])
+def test_the_state_keys_follow_every_option(options):
+    """... and for every option that adds or removes a parameter."""
+    model = VisionTransformer(**{**SMALL, **options})
+    assert state_keys(model.cfg) == set(model.state_dict())

@@ -58,7 +58,10 @@ WEB_MODULES = ("fastapi", "uvicorn", "starlette", "multipart", "python_multipart
 MISSING: dict[str, ImportError] = {}  # commands whose optional dependencies are not installed
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``vitkit`` parser. ``only``: the command being run; the others get a bare entry and
+    their modules are not imported (each imports its library: ``vitkit doctor RUN`` then starts
+    without torch)."""
     parser = argparse.ArgumentParser(
         prog="vitkit", description="Vision Transformers: build, inspect, load, train, explain."
     )
@@ -66,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     MISSING.clear()
     for name in commands.COMMANDS:
+        if only is not None and name != only:
+            sub.add_parser(name)
+            continue
         try:
             module = commands.load(name)
         except ImportError as err:  # an extra is not installed: say which, when it is used
@@ -80,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser()
+    parser = build_parser(argv[0] if argv and argv[0] in commands.COMMANDS else None)
     if argv and argv[0] in MISSING:
         err = MISSING[argv[0]]
         extra = "web" if err.name in WEB_MODULES else "train,viz"

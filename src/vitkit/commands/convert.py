@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from vitkit.checkpoints import convert, formats
-from vitkit.commands.options import convert_arguments
+from vitkit.commands.conversion import convert_arguments
 
 NAME = "convert"
 HELP = "convert a checkpoint between formats, resolutions and class counts"

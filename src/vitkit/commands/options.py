@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from vitkit.checkpoints import formats
-
 
 def size(text: str) -> int | tuple[int, int]:
     """'384' -> 384, '384x512' -> (384, 512)."""
@@ -27,15 +25,3 @@ def head(text: str) -> int | str:
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected a head index or mean/max/min, got {text!r}") from None
-
-
-def convert_arguments(p: argparse.ArgumentParser, resize: bool = False) -> None:
-    """The arguments of ``vitkit convert`` (and of ``resize``, where ``--img-size`` is required)."""
-    p.add_argument("src", help="checkpoint file or folder")
-    p.add_argument("dst", help="output file (or folder for hf and timm hub style)")
-    p.add_argument("--img-size", type=size, required=resize,
-                   help="new input size, e.g. 384 or 384x512")
-    p.add_argument("--num-classes", type=int, default=None,
-                   help="new class count (puts a fresh head on)")
-    p.add_argument("--to", choices=formats.EXPORTS, default=None if resize else "vitkit",
-                   help="output format (convert: vitkit; resize: the source's format)")

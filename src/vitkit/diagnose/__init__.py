@@ -13,6 +13,7 @@ sources); adding one is that function plus one line in ``RULES``.
 
 from __future__ import annotations
 
+import importlib
 import os
 import zipfile
 from collections.abc import Callable
@@ -20,19 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from vitkit.checkpoints import load_model
-from vitkit.data.datasets import load_split
-from vitkit.data.images import Preprocess, load_image, preprocessing
 from vitkit.diagnose import foreign
-from vitkit.diagnose import maps as maps_checks
 from vitkit.diagnose import runs as run_checks
 from vitkit.diagnose import weights as weight_checks
 from vitkit.diagnose.findings import Finding, to_json, to_text, worst
-from vitkit.errors import DataError, MissingBlocks
-from vitkit.explain.stats import token_norms
-from vitkit.models.cnn import is_cnn
+from vitkit.errors import DataError
 from vitkit.recipe import RunPlan
 
 __all__ = ["RULES", "Finding", "Rule", "diagnose", "diagnose_run", "start_of_run", "to_json",
@@ -41,30 +35,37 @@ __all__ = ["RULES", "Finding", "Rule", "diagnose", "diagnose_run", "start_of_run
 
 @dataclass(frozen=True)
 class Rule:
-    """One check: what it looks at ("model", "run", "maps", "computed" maps of an image) and
-    the function ``(subject, context) -> Finding | list[Finding] | None``."""
+    """One check: what it looks at ("model" weights, "run", "maps", "computed" maps of an
+    image, token "norms") and where its function ``(subject, context) -> Finding |
+    list[Finding] | None`` lives ("module:function"), imported when first run: the map checks
+    need torch, which a run folder or a vitkit checkpoint never has to import."""
 
     name: str
     looks_at: str
-    check: Callable
+    where: str
+
+    @property
+    def check(self) -> Callable:
+        module, function = self.where.split(":")
+        return getattr(importlib.import_module(f"vitkit.diagnose.{module}"), function)
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("weights.trained", "model", weight_checks.check_trained),
-    Rule("weights.position_table", "model", weight_checks.check_position_table),
-    Rule("weights.input_size", "model", weight_checks.check_table_fits),
-    Rule("weights.load", "model", weight_checks.check_load_record),
-    Rule("run.small_data", "run", run_checks.check_small_data),
-    Rule("run.recipe", "run", run_checks.check_recipe),
-    Rule("run.learning", "run", run_checks.check_learning),
-    Rule("run.overfitting", "run", run_checks.check_overfitting),
-    Rule("run.stability", "run", run_checks.check_stability),
-    Rule("maps.heads", "maps", maps_checks.check_heads),
-    Rule("maps.layers", "maps", maps_checks.check_layers),
-    Rule("maps.uniform", "maps", maps_checks.check_uniform),
-    Rule("maps.sinks", "maps", maps_checks.check_sinks),
-    Rule("maps.distance", "computed", maps_checks.check_distance),
-    Rule("maps.artifacts", "norms", maps_checks.check_artifacts),
+    Rule("weights.trained", "model", "weights:check_trained"),
+    Rule("weights.position_table", "model", "weights:check_position_table"),
+    Rule("weights.input_size", "model", "weights:check_table_fits"),
+    Rule("weights.load", "model", "weights:check_load_record"),
+    Rule("run.small_data", "run", "runs:check_small_data"),
+    Rule("run.recipe", "run", "runs:check_recipe"),
+    Rule("run.learning", "run", "runs:check_learning"),
+    Rule("run.overfitting", "run", "runs:check_overfitting"),
+    Rule("run.stability", "run", "runs:check_stability"),
+    Rule("maps.heads", "maps", "maps:check_heads"),
+    Rule("maps.layers", "maps", "maps:check_layers"),
+    Rule("maps.uniform", "maps", "maps:check_uniform"),
+    Rule("maps.sinks", "maps", "maps:check_sinks"),
+    Rule("maps.distance", "computed", "maps:check_distance"),
+    Rule("maps.artifacts", "norms", "maps:check_artifacts"),
 )
 
 
@@ -118,6 +119,8 @@ def diagnose(target: str | os.PathLike, img_size=None, image: str | os.PathLike 
         elif kind == "hf" and (path / "model.safetensors").exists():
             checkpoint = path  # save_model's folder: config.json and model.safetensors
     elif path.is_file() and _is_maps_file(path):
+        from vitkit.diagnose import maps as maps_checks  # torch, for maps files only
+
         return _apply("maps", maps_checks.read_maps(path), {})
     else:
         checkpoint = path
@@ -139,44 +142,19 @@ def start_of_run(config: dict, plan: RunPlan) -> list[Finding]:
 
 
 def _diagnose_checkpoint(path: Path, img_size, image, data) -> list[Finding]:
-    try:  # not strict: what is missing or extra becomes a finding, not a refusal
-        model = load_model(path, strict=False, verbose=False)
-    except MissingBlocks as err:
-        return [Finding(
-            "weights.partially_loaded", "error",
-            f"transformer block(s) {', '.join(map(str, err.missing[:12]))} are missing from "
-            f"the file ({err.found} present)", {"missing_blocks": err.missing[:12],
-                                                 "blocks_present": err.found},
-            "A model built from what is there would be a different, shallower one; every "
-            "loader in vitkit refuses it.", "restore the file from its source")]
-    if is_cnn(model):
-        return [Finding("weights.trained", "ok",
-                        f"a CNN ({model.cfg.arch}): the doctor's checks are for ViTs")]
+    """The weight checks, on the file read without torch where it is a whole vitkit
+    ``.safetensors`` and no image is asked for; else on the model the loader builds."""
     ctx = {"img_size": img_size, "source": str(path)}
-    findings = _apply("model", model, ctx)
-    x = _images(model, image, data)
+    weights = None if image is not None or data is not None else weight_checks.Weights.read(path)
+    if weights is not None:
+        return _apply("model", weights, ctx)
+    from vitkit.diagnose import loaded  # torch: 3 s to import, only for what needs it
+
+    model, refusal = loaded.load(path)
+    if model is None:
+        return refusal
+    findings = _apply("model", loaded.weights_of(model), ctx)
+    x = loaded.images(model, image, data)
     if x is not None:
-        findings += _diagnose_images(model, x)
+        findings += loaded.computed(model, x, _apply)
     return findings
-
-
-def _images(model, image, data) -> torch.Tensor | None:
-    size, mean, std = preprocessing(model)
-    if image is not None:
-        return load_image(image, size, mean, std)[0][None]
-    if data is not None:
-        split = load_split(data, "val", size[0])
-        prep = Preprocess(size, mean, std)
-        return torch.stack([prep(split[i][0]) for i in range(min(8, len(split)))])
-    return None
-
-
-def _diagnose_images(model, x: torch.Tensor) -> list[Finding]:
-    with torch.no_grad():
-        _, maps = model(x, return_attn=True)
-        norms = token_norms(model, x)
-    ctx = {"layout": {"grid": tuple(maps.grid), "patch_size": model.cfg.patch_size,
-                      "num_prefix_tokens": maps.num_prefix_tokens}}
-    m = maps_checks.Maps(torch.stack(list(maps)), "layers x heads", True)
-    return (_apply("maps", m, ctx, only=("maps.uniform", "maps.sinks"))
-            + _apply("computed", list(maps), ctx) + _apply("norms", norms, ctx))

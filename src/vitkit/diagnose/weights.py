@@ -1,15 +1,24 @@
 """Checks on a model's weights: never trained or not loaded, partially loaded, a position table
 that looks freshly initialised, a table that does not fit the input size, and what the loader
-adapted. Each check is one function ``(model, context) -> Finding | None``.
+adapted. Each check is one function ``(weights, context) -> Finding | list[Finding] | None`` on
+a :class:`Weights` view: numpy arrays under vitkit's keys and the config, read from a vitkit
+``.safetensors`` without torch (:meth:`Weights.read`) or taken from a loaded model
+(:meth:`Weights.of_model`).
 """
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import load_file
 
 from vitkit.diagnose.findings import Finding
-from vitkit.models.pos_embed import as_pair
+from vitkit.models.config import ViTConfig, as_pair
+from vitkit.models.keys import state_keys
 
 # Every ViT codebase (timm, vitkit, Hugging Face, torchvision, big_vision) initialises LayerNorm
 # to weight 1 and bias 0 exactly; the first optimiser step moves them. So a block whose four
@@ -31,44 +40,91 @@ STRUCTURE_MIN = 0.05
 TRAINED_EXTENT = 0.02
 
 
-def _layernorm_at_init(*norms: torch.nn.LayerNorm) -> bool:
-    return all(torch.all(n.weight == 1).item() and torch.all(n.bias == 0).item() for n in norms)
+@dataclass
+class Weights:
+    """A ViT's weights as numpy arrays (vitkit's keys), its config and the load record."""
+
+    state: dict[str, np.ndarray]
+    cfg: ViTConfig
+    record: dict | None = None
+
+    @classmethod
+    def of_model(cls, model) -> Weights:
+        state = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
+        return cls(state, model.cfg, getattr(model, "load_record", None))
+
+    @classmethod
+    def read(cls, path: str | Path) -> Weights | None:
+        """A vitkit ``.safetensors`` (its config in the metadata) read without torch; None when
+        the file is anything else, or is not whole (the loader then says what is wrong)."""
+        path = Path(path)
+        if path.suffix != ".safetensors" or not path.is_file():
+            return None
+        try:
+            with safe_open(str(path), framework="numpy") as f:
+                meta = f.metadata() or {}
+            cfg = ViTConfig(**json.loads(meta["vitkit_config"]))
+            state = load_file(str(path))
+        except (KeyError, TypeError, ValueError, OSError, json.JSONDecodeError):
+            return None  # not a vitkit ViT file, an older config, or damaged: the slow path
+        expected = state_keys(cfg)
+        gh, gw = cfg.grid_size
+        if not expected <= set(state) or state["pos_embed"].shape[1:] != (
+                cfg.num_pos_prefix + gh * gw, cfg.embed_dim):
+            return None  # missing keys or another shape: load_model reports them exactly
+        unexpected = sorted(set(state) - expected)
+        record = {"source": str(path), "format": "vitkit", "missing": [],
+                  "unexpected": unexpected, "notes": [], "head_replaced": None,
+                  "interpolated": None, "depth_suspect": None}
+        return cls({k: v.astype(np.float32) for k, v in state.items() if k in expected}, cfg,
+                   record)
+
+    def block_norms(self, i: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        b = f"blocks.{i}."
+        return [(self.state[b + n + ".weight"], self.state[b + n + ".bias"])
+                for n in ("norm1", "norm2")]
+
+    def final_norms(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(self.state[n + ".weight"], self.state[n + ".bias"])
+                for n in ("norm", "fc_norm") if n + ".weight" in self.state]
+
+    def prefix_tokens(self) -> list[np.ndarray]:
+        return [self.state[k] for k in ("cls_token", "dist_token", "reg_token")
+                if k in self.state]
 
 
-def _final_norms(model) -> list[torch.nn.LayerNorm]:
-    return [m for m in (getattr(model, "norm", None), getattr(model, "fc_norm", None))
-            if isinstance(m, torch.nn.LayerNorm)]
+def _at_init(norms: list[tuple[np.ndarray, np.ndarray]]) -> bool:
+    return all(bool(np.all(w == 1)) and bool(np.all(b == 0)) for w, b in norms)
 
 
-def training_extent(model) -> float:
+def training_extent(w: Weights) -> float:
     """Mean |gain - 1| of the blocks' LayerNorms: 0 at initialisation, growing with training."""
-    gains = [(n.weight.detach().float() - 1).abs().mean()
-             for b in model.blocks for n in (b.norm1, b.norm2)]
-    return torch.stack(gains).mean().item() if gains else 0.0
+    gains = [np.abs(g - 1).mean() for i in range(w.cfg.depth) for g, _ in w.block_norms(i)]
+    return float(np.mean(gains)) if gains else 0.0
 
 
-def blocks_at_init(model) -> list[int]:
+def blocks_at_init(w: Weights) -> list[int]:
     """Indices of the blocks whose LayerNorms are exactly at their initial values."""
-    return [i for i, b in enumerate(model.blocks) if _layernorm_at_init(b.norm1, b.norm2)]
+    return [i for i in range(w.cfg.depth) if _at_init(w.block_norms(i))]
 
 
-def table_stats(model) -> dict:
+def table_stats(w: Weights) -> dict:
     """Std, excess kurtosis and 2-D structure score of the patch rows of the position table."""
-    cfg = model.cfg
-    table = model.pos_embed.detach()[0, cfg.num_pos_prefix:].float()  # (gh*gw, D)
+    cfg = w.cfg
+    table = w.state["pos_embed"][0, cfg.num_pos_prefix:].astype(np.float64)  # (gh*gw, D)
     gh, gw = cfg.grid_size
-    flat = table.flatten()
-    std = flat.std().item()
-    z = (flat - flat.mean()) / flat.std().clamp_min(1e-12)
-    kurtosis = (z**4).mean().item() - 3.0
-    unit = F.normalize(table, dim=-1)
+    flat = table.ravel()
+    std = float(flat.std(ddof=1))
+    z = (flat - flat.mean()) / max(std, 1e-12)
+    kurtosis = float((z**4).mean() - 3.0)
+    unit = table / np.maximum(np.linalg.norm(table, axis=-1, keepdims=True), 1e-12)
     cos = unit @ unit.T  # (N, N)
-    ys, xs = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
-    ys, xs = ys.flatten(), xs.flatten()
-    cheb = torch.maximum((ys[:, None] - ys[None]).abs(), (xs[:, None] - xs[None]).abs())
+    ys, xs = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
+    ys, xs = ys.ravel(), xs.ravel()
+    cheb = np.maximum(np.abs(ys[:, None] - ys[None]), np.abs(xs[:, None] - xs[None]))
     near = cheb == 1
     far = cheb >= max(2, max(gh, gw) // 2)
-    structure = (cos[near].mean() - cos[far].mean()).item() if far.any() else 0.0
+    structure = float(cos[near].mean() - cos[far].mean()) if far.any() and near.any() else 0.0
     return {"std": std, "excess_kurtosis": kurtosis, "structure": structure}
 
 
@@ -78,39 +134,38 @@ def table_looks_initial(stats: dict) -> bool:
             and stats["structure"] < STRUCTURE_MIN)
 
 
-def filter_smoothness(model) -> float:
+def filter_smoothness(w: Weights) -> float:
     """Mean correlation of horizontally and vertically adjacent pixels inside the patch
     embedding's filters (over filters and input channels): ~0 for random filters, positive for
     the smooth, edge-like filters training gives."""
-    w = model.patch_embed.proj.weight.detach().float()  # (D, C, P, P)
-    if w.shape[-1] < 2:
+    f = w.state["patch_embed.proj.weight"].astype(np.float64)  # (D, C, P, P)
+    if f.shape[-1] < 2:
         return 0.0
-    w = w - w.mean(dim=(-1, -2), keepdim=True)
-    pairs = [(w[..., :, 1:], w[..., :, :-1]), (w[..., 1:, :], w[..., :-1, :])]
+    f = f - f.mean(axis=(-1, -2), keepdims=True)
     corr = []
-    for a, b in pairs:
-        a, b = a.flatten(2), b.flatten(2)
+    for a, b in ((f[..., :, 1:], f[..., :, :-1]), (f[..., 1:, :], f[..., :-1, :])):
+        a, b = a.reshape(*a.shape[:2], -1), b.reshape(*b.shape[:2], -1)
         num = (a * b).sum(-1)
-        den = (a.norm(dim=-1) * b.norm(dim=-1)).clamp_min(1e-12)
+        den = np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1), 1e-12)
         corr.append((num / den).mean())
-    return torch.stack(corr).mean().item()
+    return float(np.mean(corr))
 
 
 # ---------------------------------------------------------------------------------- checks
-def check_trained(model, ctx: dict) -> Finding:
-    """Never trained / not loaded (every block at init), or partially loaded (some blocks)."""
-    at_init = blocks_at_init(model)
-    depth = len(model.blocks)
-    finals = _final_norms(model)
-    final = bool(finals) and _layernorm_at_init(*finals)
-    tokens = [t for t in model._prefix_params()]
-    token_std = max((t.detach().float().std().item() for t in tokens if t.numel() > 1),
+def check_trained(w: Weights, ctx: dict) -> Finding:
+    """Never trained / not loaded (every block at init), or partially loaded (some blocks, or
+    the final norm)."""
+    at_init = blocks_at_init(w)
+    depth = w.cfg.depth
+    finals = w.final_norms()
+    final = bool(finals) and _at_init(finals)
+    token_std = max((float(t.std(ddof=1)) for t in w.prefix_tokens() if t.size > 1),
                     default=float("nan"))
-    linear_std = torch.stack([b.mlp.fc1.weight.detach().float().std() for b in model.blocks])
+    linear_std = np.mean([w.state[f"blocks.{i}.mlp.fc1.weight"].std(ddof=1)
+                          for i in range(depth)])
     measured = {"blocks_at_init": len(at_init), "blocks": depth,
-                "mlp_weight_std": linear_std.mean().item(),
-                "final_norm_at_init": final, "patch_filter_smoothness": filter_smoothness(model),
-                "prefix_token_std": token_std}
+                "mlp_weight_std": float(linear_std), "final_norm_at_init": final,
+                "patch_filter_smoothness": filter_smoothness(w), "prefix_token_std": token_std}
     source = ctx.get("source", "CHECKPOINT")
     if len(at_init) == depth and final:
         return Finding(
@@ -145,16 +200,14 @@ def check_trained(model, ctx: dict) -> Finding:
                    "values", measured)
 
 
-def check_position_table(model, ctx: dict) -> Finding | None:
+def check_position_table(w: Weights, ctx: dict) -> Finding | None:
     """A table that looks freshly initialised next to blocks trained far from theirs (the
     ``ignore_mismatched_sizes=True`` trap); next to briefly trained blocks it cannot tell a
     replaced table from one that has not moved yet, and says so."""
-    if model.pos_embed is None:
-        return None
-    stats = table_stats(model)
-    blocks_trained = not blocks_at_init(model)
-    extent = training_extent(model)
-    gh, gw = model.cfg.grid_size
+    stats = table_stats(w)
+    blocks_trained = not blocks_at_init(w)
+    extent = training_extent(w)
+    gh, gw = w.cfg.grid_size
     measured = {"grid": f"{gh}x{gw}", **stats, "blocks_layernorm_moved": extent}
     if blocks_trained and table_looks_initial(stats):
         if extent < TRAINED_EXTENT:
@@ -182,15 +235,15 @@ def check_position_table(model, ctx: dict) -> Finding | None:
     return Finding("weights.position_table", "ok", words, measured)
 
 
-def check_table_fits(model, ctx: dict) -> Finding | None:
+def check_table_fits(w: Weights, ctx: dict) -> Finding | None:
     """The rows the table has against the rows ``--img-size`` needs."""
     img_size = ctx.get("img_size")
     if img_size is None:
         return None
-    cfg = model.cfg
+    cfg = w.cfg
+    have = w.state["pos_embed"].shape[1]
     h, w = as_pair(img_size)
     p = cfg.patch_size
-    have = model.pos_embed.shape[1]
     source = ctx.get("source", "CHECKPOINT")
     if h % p or w % p:
         return Finding(
@@ -217,10 +270,10 @@ def check_table_fits(model, ctx: dict) -> Finding | None:
         f"vitkit resize {source} resized.safetensors --img-size {size}")
 
 
-def check_load_record(model, ctx: dict) -> list[Finding]:
+def check_load_record(weights: Weights, ctx: dict) -> list[Finding]:
     """What ``load_model`` adapted: keys left at init, keys it had no place for, a depth that
     fits no known ViT (lost last blocks), a new head, an interpolated table."""
-    record = getattr(model, "load_record", None)
+    record = weights.record
     if not record:
         return []
     measured = {"format": record["format"]}
@@ -248,7 +301,7 @@ def check_load_record(model, ctx: dict) -> list[Finding]:
     if record.get("depth_suspect"):
         out.append(Finding(
             "weights.partially_loaded", "warning", record["depth_suspect"],
-            {"blocks": len(model.blocks), "width": model.cfg.embed_dim},
+            {"blocks": weights.cfg.depth, "width": weights.cfg.embed_dim},
             "A file that lost its last blocks still matches every key it has: only the depth "
             "gives it away.", "compare with the original file, or give its config.json"))
     if out:

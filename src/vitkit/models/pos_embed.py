@@ -10,18 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-Pair = int | tuple[int, int]  # a size given as one side (square) or as (height, width)
-
-
-def as_pair(size: Pair) -> tuple[int, int]:
-    """Normalise an ``int`` or ``(h, w)`` size (of an image or of a patch grid) to a ``(h, w)``
-    tuple of positive ints."""
-    if isinstance(size, int):
-        size = (size, size)
-    h, w = (int(g) for g in size)
-    if h <= 0 or w <= 0:
-        raise ValueError(f"a size needs positive sides, got {size!r}")
-    return h, w
+from vitkit.models.config import Pair, as_pair  # noqa: F401  (re-exported: Pair, as_pair)
 
 
 def interpolate_pos_embed(

@@ -19,8 +19,6 @@ from __future__ import annotations
 import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -28,127 +26,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from vitkit.models import inference
-from vitkit.models.pos_embed import Pair, as_pair, interpolate_pos_embed
-
-
-@dataclass
-class ViTConfig:
-    """Everything that fixes a ViT's architecture (and so its state dict's shapes)."""
-
-    img_size: tuple[int, int] = (224, 224)
-    patch_size: int = 16
-    in_chans: int = 3
-    num_classes: int = 1000
-    embed_dim: int = 768
-    depth: int = 12
-    num_heads: int = 12
-    mlp_dim: int = 3072
-    pool: str = "cls"  # "cls" | "avg" | "map" (attention pooling by a learned query, SigLIP)
-    class_token: bool = True
-    distilled: bool = False  # DeiT: a distillation token after [CLS] and a second head
-    num_reg_tokens: int = 0
-    no_embed_class: bool = False  # position table covers the patches only (big_vision, DeiT-3)
-    # width of the pre-logits layer (Linear + tanh, module ``pre_logits``) before the head, as
-    # timm's and JAX's representation_size; 0: none
-    representation_size: int = 0
-    fc_norm: bool = False  # avg pooling only: LayerNorm after pooling (timm) instead of before
-    qkv_bias: bool = True
-    init_values: float | None = None  # LayerScale: a learned per-channel scale on each branch
-    pre_norm: bool = False  # a LayerNorm on the tokens before the blocks (CLIP's ln_pre)
-    patch_bias: bool = True  # CLIP's patch embedding has no bias
-    act: str = "gelu"  # "gelu" (exact) | "gelu_tanh" | "quick_gelu" (OpenAI CLIP)
-    head_bias: bool = True  # CLIP's projection has none
-    norm_eps: float = 1e-6
-    drop_rate: float = 0.0
-    attn_drop_rate: float = 0.0
-    drop_path_rate: float = 0.0
-    dynamic_img_size: bool = False
-    pos_antialias: bool = False  # antialias when the table is interpolated (DINOv2 w/ registers)
-    extra: dict = field(default_factory=dict)  # free-form metadata (mean/std, class names)
-
-    # The fields that change neither the weights nor the forward in eval mode: metadata and the
-    # training-only regularisers. Every other field is an option that each checkpoint layout
-    # (``HOLDS``/``REFUSES`` in each module of vitkit.checkpoints) and the in-place CPU path
-    # (``SUPPORTS``/``REFUSES`` in models/inference.py) must declare; tests/test_options_contract.py
-    # holds them to it.
-    NEUTRAL: ClassVar[frozenset[str]] = frozenset(
-        {"extra", "drop_rate", "attn_drop_rate", "drop_path_rate"})
-
-    def __post_init__(self) -> None:
-        self.img_size = as_pair(self.img_size)
-        if self.pool not in ("cls", "avg", "map"):
-            raise ValueError(f"pool must be 'cls', 'avg' or 'map', got {self.pool!r}")
-        if self.act not in ACTIVATIONS:
-            raise ValueError(f"act must be one of {', '.join(ACTIVATIONS)}, got {self.act!r}")
-        if self.pool == "cls" and not self.class_token:
-            raise ValueError("pool='cls' needs class_token=True; use pool='avg' without one")
-        if self.distilled and not (self.class_token and self.pool == "cls"):
-            raise ValueError("distilled=True needs the [CLS] token and pool='cls', as in DeiT")
-        if self.distilled and self.representation_size:
-            raise ValueError("a distilled (DeiT) model has no pre-logits layer; set "
-                             "representation_size=0")
-        if self.fc_norm and self.pool != "avg":
-            raise ValueError("fc_norm=True applies to pool='avg' only")
-        for name in ("num_classes", "representation_size", "num_reg_tokens"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
-        for name in ("patch_size", "embed_dim", "depth", "num_heads", "mlp_dim", "in_chans"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be 1 or more, got {getattr(self, name)}")
-        if self.embed_dim % self.num_heads:
-            raise ValueError(
-                f"embed_dim {self.embed_dim} must be divisible by num_heads {self.num_heads}"
-            )
-        gh, gw = patch_grid(self.img_size, self.patch_size)  # sizes the patches do not tile
-        if gh * gw > MAX_PATCHES:
-            gb = gh * gw * self.embed_dim * 4 / 2**30
-            raise ValueError(
-                f"a {self.img_size[0]}x{self.img_size[1]} image in {self.patch_size}-pixel "
-                f"patches is {gh * gw:,} patches; vitkit builds ViTs of up to {MAX_PATCHES:,} "
-                f"(its position table alone would take {gb:,.1f} GB, and attention over it "
-                "far more). Use a smaller image size or a larger patch size")
-
-    @property
-    def num_prefix_tokens(self) -> int:
-        return int(self.class_token) + int(self.distilled) + self.num_reg_tokens
-
-    @property
-    def readout_rows(self) -> tuple[int, ...] | None:
-        """The token rows the head reads: (0,) [CLS], (0, 1) with DeiT's distillation token,
-        None for average or attention pooling (every token feeds the head)."""
-        if self.pool in ("avg", "map"):
-            return None
-        return (0, 1) if self.distilled else (0,)
-
-    @property
-    def num_pos_prefix(self) -> int:
-        """Prefix tokens that have a row in the position table."""
-        return 0 if self.no_embed_class else self.num_prefix_tokens
-
-    @property
-    def grid_size(self) -> tuple[int, int]:
-        return patch_grid(self.img_size, self.patch_size)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-# The most patches a model may have: 512 x 512 (8192 x 8192 pixels at patch 16). Beyond it the
-# position table and one attention map take gigabytes before the first image is seen.
-MAX_PATCHES = 512 * 512
-
-
-def patch_grid(img_size: Pair, patch_size: int) -> tuple[int, int]:
-    """(H, W) -> (H/P, W/P); raises ``ValueError`` when a side is not divisible by P."""
-    h, w = as_pair(img_size)
-    if h % patch_size or w % patch_size:
-        raise ValueError(
-            f"image size {h}x{w} is not divisible by patch size {patch_size}: the last "
-            f"{h % patch_size} rows / {w % patch_size} columns would be dropped. Resize or crop "
-            f"the image to a multiple of {patch_size} (e.g. "
-            f"{h // patch_size * patch_size}x{w // patch_size * patch_size})."
-        )
-    return h // patch_size, w // patch_size
+from vitkit.models.config import ACTIVATION_NAMES, ViTConfig, patch_grid
+from vitkit.models.pos_embed import Pair, interpolate_pos_embed
 
 
 class AttentionMaps(list):
@@ -265,6 +144,7 @@ ACTIVATIONS = {
     "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
     "quick_gelu": QuickGELU,
 }
+assert tuple(ACTIVATIONS) == ACTIVATION_NAMES  # the config's names, each built here
 
 
 class Mlp(nn.Module):

@@ -9,6 +9,9 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[all]'
+	# LXT, the reference AttnLRP the tests compare with, without its dependencies (bitsandbytes,
+	# accelerate, zennit: the rules the tests use need torch alone)
+	$(PY) -m pip install --quiet --no-deps -c constraints.txt lxt
 	touch $(STAMP)
 
 demo: $(STAMP)

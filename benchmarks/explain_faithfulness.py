@@ -1,11 +1,14 @@
-"""How faithful is each attribution method? A small ViT on cluttered digits, where the object's
-position is known, scored by deletion / insertion AUC, pointing game and mass in box, with a
-random map as the floor.
+"""How far can each attribution method be trusted? A small ViT on cluttered digits, where the
+object's position is known, scored by the trust checks of `vitkit trust`
+(``vitkit.explain.trust.method_table``): deletion and insertion under three baselines, the share
+of random maps each method beats, pointing game and mass in box, the randomisation and
+class-sensitivity verdicts, and seconds per map; a random map as the floor.
 
 Usage: python benchmarks/explain_faithfulness.py [--checkpoint PATH] [--epochs 12] [--eval 300]
 Trains vit_micro_patch4_32 on 6,000 cluttered digits unless --checkpoint names a saved model
-(the trained model is cached under runs/bench/). Writes
-benchmarks/results/explain_faithfulness.md and explain_faithfulness.png.
+(the trained model is cached under runs/bench/). Writes explain_faithfulness.md and .png to
+--out (default benchmarks/results). Only the methods that apply to the model run; the others
+are named as left out.
 """
 
 from __future__ import annotations
@@ -17,9 +20,8 @@ from pathlib import Path
 import torch
 
 import vitkit
-from vitkit import explain
 from vitkit.data import cluttered_digits
-from vitkit.explain import metrics
+from vitkit.explain import metrics, trust
 from vitkit.models.bench import machine
 from vitkit.train import resolve, train
 from vitkit.viz import plot
@@ -47,6 +49,27 @@ def trained_model(args) -> tuple[vitkit.VisionTransformer, str]:
                    f"images in {time.perf_counter() - start:.0f} s")
 
 
+def random_row(model, images, boxes, args) -> dict:
+    """The floor: one random map per image scored like a method."""
+    with torch.no_grad():
+        target = model(images).argmax(-1)
+    maps = metrics.random_maps(torch.zeros(len(images), *model.grid_size), seed=0)
+    size = tuple(images.shape[-2:])
+    row = {"method": "random"}
+    for baseline in trust.BASELINES:
+        for mode in ("deletion", "insertion"):
+            row[f"{mode}_{baseline}"] = metrics.auc(trust.perturbation_curves(
+                model, images, maps, target, mode=mode, baseline=baseline,
+                steps=args.steps)).mean().item()
+    floor = trust.random_floor(model, images, maps, target, n=args.random, steps=args.steps,
+                               seed=1)
+    row.update(percentile_vs_random=floor.percentile.mean().item(),
+               win_rate=(floor.p_value <= 0.05).float().mean().item(),
+               pointing=metrics.pointing_game(maps, boxes, size).float().mean().item(),
+               mass_in_box=metrics.mass_in_box(maps, boxes, size).mean().item())
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", default=None)
@@ -54,35 +77,25 @@ def main() -> None:
     parser.add_argument("--train-size", type=int, default=6000)
     parser.add_argument("--eval", type=int, default=300, help="validation images scored")
     parser.add_argument("--steps", type=int, default=16, help="deletion/insertion steps")
+    parser.add_argument("--random", type=int, default=trust.RANDOM_MAPS,
+                        help="random maps per image for the floor")
+    parser.add_argument("--sanity-images", type=int, default=16,
+                        help="images for the randomisation and class checks")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
     model, how = trained_model(args)
     val = cluttered_digits(args.eval, "val", seed=2, **DATA)
     with torch.no_grad():
         accuracy = (model(val.images).argmax(-1) == val.labels).float().mean().item()
+    rows, left_out = trust.method_table(
+        model, val.images, boxes=val.boxes, n_random=args.random, steps=args.steps,
+        sanity_images=args.sanity_images, progress=lambda m: print(f"scored {m}", flush=True))
+    rows.append(random_row(model, val.images, val.boxes, args))
     size = tuple(val.images.shape[-2:])
-    rows, curves = [], {}
-    for method in [*explain.METHODS, "random"]:
-        if method == "random":
-            maps = metrics.random_maps(torch.zeros(args.eval, *model.grid_size), seed=0)
-            with torch.no_grad():
-                target = model(val.images).argmax(-1)
-        else:
-            e = explain.explain_map(model, val.images, method, head="mean")
-            maps, target = e.map, e.target
-        c = metrics.deletion_insertion(model, val.images, maps, target, steps=args.steps)
-        pointing = metrics.pointing_game(maps, val.boxes, size).float().mean().item()
-        mass = metrics.mass_in_box(maps, val.boxes, size).mean().item()
-        label = "cls (mean of heads, last layer)" if method == "cls" else method
-        rows.append((label, c.deletion_auc.mean().item(), c.insertion_auc.mean().item(),
-                     pointing, mass))
-        curves[label] = (c.deletion.mean(0).numpy(), c.insertion.mean(0).numpy())
-        print(f"{label:<34} deletion {rows[-1][1]:.3f}  insertion {rows[-1][2]:.3f}  "
-              f"pointing {pointing:.3f}  mass {mass:.3f}", flush=True)
-
     box_share = (8 * 8) / (size[0] * size[1])
     lines = [
-        "# Faithfulness and localisation of attribution methods",
+        "# How far each attribution method can be trusted",
         "",
         f"Machine: {machine()}.",
         f"Model: {how}; validation accuracy {accuracy:.3f} on {args.eval} held-out cluttered "
@@ -90,23 +103,36 @@ def main() -> None:
         f"Data: 32x32 canvases, one real 8x8 digit (box = {100 * box_share:.1f}% of the image) "
         "placed on whole 4x4 patches, and 4 digit fragments (4x4) anywhere else as clutter; "
         "maps on the 8x8 patch grid.",
-        f"Deletion: patches set to 0 (black) in order of the map, {args.steps} steps; insertion: "
-        "patches pasted onto a blurred image. Probability of the predicted class; area under "
-        "the curve. Lower deletion AUC and higher insertion AUC are more faithful.",
+        f"Deletion and insertion, most relevant first, {args.steps} steps, the probability of "
+        "the predicted class, area under the curve (lower deletion and higher insertion are "
+        "more faithful), with the removed patches filled by a constant (0), a blurred copy, "
+        "or ROAD's noisy linear imputation from their neighbours. Percentile vs random: the "
+        f"share of {args.random} random maps per image the method beats on deletion (constant); "
+        "win rate: the share of images where it beats them at p <= 0.05. Randomisation: the "
+        "rank correlation with the trained model's map after every block is re-initialised "
+        f"(pass below {trust.RANDOMISED_MAX_CORRELATION}); class sensitivity: the rank "
+        "correlation with the map of the least likely class (pass below "
+        f"{trust.CLASS_MAX_CORRELATION}); both on {args.sanity_images} images.",
         "",
-        "| method | deletion AUC (lower is better) | insertion AUC (higher is better) | "
-        "pointing game | mass in box |",
-        "|---|---|---|---|---|",
+        trust.table_markdown(rows),
+        "",
+        f"A map spread evenly would put {100 * box_share:.1f}% of its mass in the box.",
     ]
-    lines += [f"| {r[0]} | {r[1]:.3f} | {r[2]:.3f} | {r[3]:.3f} | {r[4]:.3f} |" for r in rows]
-    lines += ["", f"A map spread evenly would put {100 * box_share:.1f}% of its mass in the box.",
-              "", "![curves](explain_faithfulness.png)", ""]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "explain_faithfulness.md").write_text("\n".join(lines))
+    if left_out:
+        lines += ["", "Left out: " + "; ".join(left_out) + "."]
+    lines += ["", "![curves](explain_faithfulness.png)", ""]
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "explain_faithfulness.md").write_text("\n".join(lines))
+    curves = {}
+    for method in [r["method"] for r in rows if r["method"] != "random"]:
+        e = vitkit.explain.explain_map(model, val.images, method)
+        curves[method] = tuple(trust.perturbation_curves(
+            model, val.images, e.map, e.target, mode=mode, steps=args.steps).mean(0).numpy()
+            for mode in ("deletion", "insertion"))
     fractions = torch.linspace(0, 1, args.steps + 1).numpy()
     plot.save(plot.figure_curves(fractions, curves, title="cluttered digits, mean over images"),
-              RESULTS / "explain_faithfulness.png")
-    print(f"wrote {RESULTS / 'explain_faithfulness.md'}")
+              args.out / "explain_faithfulness.png")
+    print(f"wrote {args.out / 'explain_faithfulness.md'}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """`vitkit attention` end to end on real photographs shipped with scikit-learn."""
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,8 @@ def test_writes_figures_maps_and_prints_top5(checkpoint, tmp_path, capsys):
     text = capsys.readouterr().out
     assert text.count("  5. ") == 2 and "  6. " not in text
     assert "faithfulness chefer" in text and "faithfulness random" in text
+    assert re.search(r"faithfulness chefer .* beats \d+% of 20 random maps \(p [01]\.\d\d\)",
+                     text), text
     for stem in ("china", "flower"):
         for suffix in ("heads.png", "mosaic.png", "chefer.png", "faithfulness.png"):
             with Image.open(out / f"{stem}_{suffix}") as img:

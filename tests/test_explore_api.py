@@ -147,6 +147,15 @@ def test_faithfulness_curves_against_a_random_map(client, explorer):
                               torch.cat([m, random_maps(m)]), logits.argmax(-1).repeat(2), 8)
     np.testing.assert_allclose(r["deletion"], want.deletion, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(r["insertion_auc"], want.insertion_auc, rtol=1e-4, atol=1e-6)
+    # the verdict rests on 20 random maps and the two sanity checks, as vitkit trust computes
+    from vitkit.explain import trust
+
+    floor = trust.random_floor(explorer.model, x, m, logits.argmax(-1), steps=8)
+    assert r["random_maps"] == 20 and r["percentile"] == pytest.approx(floor.percentile.item())
+    assert r["p_value"] == pytest.approx(floor.p_value.item())
+    assert r["randomisation"]["passes"] == trust.randomisation_check(
+        explorer.model, x, "rollout").passes
+    assert r["class_sensitivity"] == {"passes": False, "correlation": pytest.approx(1.0)}
 
 
 def test_fused_heads_samples_multipart_and_export(client, explorer):

@@ -155,6 +155,8 @@ def test_the_whole_page(page_at, tmp_path):
     page.click("#faith-run")
     until(page, "document.getElementById('faith-text').textContent.includes('AUC')")
     assert pixels(page, "faith-plot") != before
+    verdict = page.text_content("#faith-text")
+    assert "random maps on deletion (p " in verdict and "Class sensitivity: fails" in verdict
 
     # 6. per-head numbers
     cells = page.evaluate("S.model.depth * S.model.heads")

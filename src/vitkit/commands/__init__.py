@@ -11,8 +11,8 @@ import importlib
 from types import ModuleType
 
 # The order is the order of ``vitkit --help``.
-COMMANDS = ("info", "list", "convert", "resize", "attention", "train", "eval", "predict",
-            "doctor", "explore", "demo", "study", "bench")
+COMMANDS = ("info", "list", "convert", "resize", "attention", "trust", "train", "eval",
+            "predict", "doctor", "explore", "demo", "study", "bench")
 
 
 def load(name: str) -> ModuleType:

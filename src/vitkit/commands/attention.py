@@ -8,6 +8,7 @@ import sys
 
 from vitkit.checkpoints import load_model
 from vitkit.commands.options import head as head_option
+from vitkit.explain import trust
 from vitkit.explain.methods import METHODS
 from vitkit.viz.attention import explain_images
 
@@ -28,7 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="attribution method (default: rollout): " + "; ".join(
                        f"{m.name}: {m.summary}" for m in METHODS.values()))
     p.add_argument("--faithfulness", action="store_true",
-                   help="also run deletion/insertion against a random map and plot the curves")
+                   help="also run deletion/insertion, plot the curves beside a random map's, "
+                        "and rank the map among 20 random maps (its percentile and p-value)")
     p.add_argument("--top-k", type=int, default=5, help="predictions to print (default 5)")
     p.add_argument("--out", required=True, help="folder for the figures and .npy maps")
 
@@ -45,8 +47,11 @@ def run(args: argparse.Namespace) -> int:
         for rank, (name, p) in enumerate(r.top, 1):
             print(f"  {rank}. {name}  {p:.3f}")
         for name, scores in r.faithfulness.items():
+            beaten = (f"  beats {scores['percentile_vs_random']:.0%} of "
+                      f"{trust.RANDOM_MAPS} random maps (p {scores['p_value']:.2f})"
+                      if "p_value" in scores else "")
             print(f"  faithfulness {name:<12} deletion AUC {scores['deletion_auc']:.3f}  "
-                  f"insertion AUC {scores['insertion_auc']:.3f}")
+                  f"insertion AUC {scores['insertion_auc']:.3f}{beaten}")
         print("  wrote " + ", ".join(str(f) for f in r.files))
     failed = sum(r.error is not None for r in reports)
     if failed == len(reports):

@@ -40,6 +40,7 @@ class Split:
     labels: list[int]
     classes: list[str]
     skipped: list[str] = field(default_factory=list)  # unreadable files left out
+    boxes: object = None  # (n, 4) pixel boxes (x0, y0, x1, y1) of the object, where known
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -120,7 +121,7 @@ def _cluttered(split: str, img_size: int, size: int) -> Split:
     n = size if split == "train" else max(200, size // 5)
     d = cluttered_digits(n, split, canvas=img_size, align=4, seed=1 if split == "train" else 2)
     return Split([_tensor_to_pil(x) for x in d.images], d.labels.tolist(),
-                 [str(i) for i in range(10)])
+                 [str(i) for i in range(10)], boxes=d.boxes)
 
 
 def _idx(name: str, split: str, root: str | os.PathLike, classes: str | None) -> Split:

@@ -15,6 +15,7 @@ from vitkit.explain.gradients import (
     targets,
     token_gradcam,
 )
+from vitkit.explain.lrp import relevance, to_patches
 from vitkit.explain.registry import (  # noqa: F401  (the registry's names, where users look)
     METHODS,
     Explanation,
@@ -61,6 +62,13 @@ def _chefer(model, x, target, o, outputs):
     return readout_grid(chefer(attr), attr.layout), attr.logits, attr.target
 
 
+def _lrp(rule: str):
+    def compute(model, x, target, o, outputs):
+        pixels, logits, chosen, error = relevance(model, x, target, rule)
+        return to_patches(pixels, model.cfg.patch_size), logits, chosen, error
+    return compute
+
+
 def _gradcam(model, x, target, o, outputs):
     cam, logits = token_gradcam(model, x, target)
     return cam, logits, targets(logits, target)
@@ -80,3 +88,8 @@ register(Method("chefer", "Chefer et al. 2021 relevance (gradient x attention)",
                 needs_cls=False, gradients=True, compute=_chefer))
 register(Method("gradcam", "Grad-CAM on the tokens entering the last block", (),
                 needs_cls=False, gradients=True, compute=_gradcam))
+register(Method("attnlrp", "AttnLRP (Achtibat et al. 2024): relevance conserved through "
+                "attention, one backward pass", (), needs_cls=False, gradients=True,
+                compute=_lrp("attnlrp")))
+register(Method("cp-lrp", "CP-LRP (Ali et al. 2022): LRP with the attention weights held "
+                "constant", (), needs_cls=False, gradients=True, compute=_lrp("cp-lrp")))

@@ -45,7 +45,7 @@ class Curves:
         return auc(self.insertion)
 
 
-def _step_masks(maps: torch.Tensor, steps: int, img_hw: tuple[int, int]) -> torch.Tensor:
+def step_masks(maps: torch.Tensor, steps: int, img_hw: tuple[int, int]) -> torch.Tensor:
     """(B, gh, gw) -> bool (B, S+1, H, W): step s covers the top round(s N / S) patches."""
     b, gh, gw = maps.shape
     n = gh * gw
@@ -60,7 +60,7 @@ def _step_masks(maps: torch.Tensor, steps: int, img_hw: tuple[int, int]) -> torc
 
 
 @torch.no_grad()
-def _probabilities(model, images: torch.Tensor, target: torch.Tensor,
+def class_probabilities(model, images: torch.Tensor, target: torch.Tensor,
                    batch_size: int) -> torch.Tensor:
     """(B, S+1, C, H, W) -> probability of each image's target class, (B, S+1)."""
     b, s = images.shape[:2]
@@ -86,7 +86,7 @@ def deletion_insertion(model, images: torch.Tensor, maps: torch.Tensor, target: 
     if maps.shape[0] != images.shape[0]:
         raise ValueError(f"{maps.shape[0]} maps for {images.shape[0]} images")
     h, w = images.shape[-2:]
-    masks = _step_masks(maps, steps, (h, w))[:, :, None]  # (B, S+1, 1, H, W)
+    masks = step_masks(maps, steps, (h, w))[:, :, None]  # (B, S+1, 1, H, W)
     if deletion_baseline is None:
         deletion_baseline = torch.zeros_like(images)
     if insertion_baseline is None:
@@ -97,8 +97,8 @@ def deletion_insertion(model, images: torch.Tensor, maps: torch.Tensor, target: 
     inserted = torch.where(masks, img, insertion_baseline[:, None])
     return Curves(
         fractions=torch.linspace(0, 1, steps + 1),
-        deletion=_probabilities(model, deleted, target, batch_size),
-        insertion=_probabilities(model, inserted, target, batch_size),
+        deletion=class_probabilities(model, deleted, target, batch_size),
+        insertion=class_probabilities(model, inserted, target, batch_size),
     )
 
 

@@ -63,6 +63,7 @@ class Explanation:
     map: torch.Tensor
     logits: torch.Tensor
     target: torch.Tensor
+    conservation: torch.Tensor | None = None  # (B,) |sum of relevance - logit| / |logit| (LRP)
 
 
 def explain_map(model, x: torch.Tensor, method: str = "rollout", target=None, *,
@@ -91,5 +92,5 @@ def explain_map(model, x: torch.Tensor, method: str = "rollout", target=None, *,
                          f"apply: {', '.join(applicable(model.cfg))}")
     options = dict(layer=layer, head=head, residual=residual, discard_ratio=discard_ratio,
                    head_fusion=head_fusion)
-    grid_map, logits, chosen = m.compute(model, x, target, options, outputs)
-    return Explanation(method, grid_map, logits, chosen)
+    # (map, logits, target), and for relevance methods the conservation error as a fourth
+    return Explanation(method, *m.compute(model, x, target, options, outputs))

@@ -14,6 +14,7 @@ import torch
 
 from vitkit.data.images import find_images, load_image, preprocessing
 from vitkit.errors import ImageError, VitkitError
+from vitkit.explain import trust
 from vitkit.explain.attention import cls_attention
 from vitkit.explain.methods import applicable, explain_map
 from vitkit.explain.metrics import deletion_insertion, random_maps
@@ -182,6 +183,10 @@ def _explain_one(model, path: Path, stage: Path, o: _Settings) -> ImageReport:
             curves[name] = (c.deletion[0].numpy(), c.insertion[0].numpy())
             report.faithfulness[name] = {"deletion_auc": float(c.deletion_auc[0]),
                                          "insertion_auc": float(c.insertion_auc[0])}
+        # the verdict: against many random maps, not the one drawn above
+        floor = trust.random_floor(model, x, explanation.map, explanation.target)
+        report.faithfulness[o.method].update(
+            percentile_vs_random=float(floor.percentile[0]), p_value=float(floor.p_value[0]))
         plot.save(plot.figure_curves(c.fractions.numpy(), curves, title=title),
                   stage / "faithfulness.png")
         report.files.append("faithfulness.png")

@@ -145,3 +145,19 @@ def figure_confusion(confusion, class_names: list[str], title: str = "") -> Figu
     ax.set_title(title or "confusion matrix", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def figure_bars(labels: list[str], values: list[float], ylabel: str = "", title: str = "",
+                line: float | None = None) -> Figure:
+    """One bar per label, values in [0, 1], with an optional dashed reference ``line``."""
+    fig, ax = subplots(figsize=(max(4.0, 1.2 * len(labels)), 3.4))
+    ax.bar(range(len(values)), values, color="tab:blue")
+    ax.set_xticks(range(len(labels)), labels, fontsize=7)
+    ax.set_ylim(0, 1.02)
+    ax.set_ylabel(ylabel, fontsize=8)
+    if line is not None:
+        ax.axhline(line, color="grey", linestyle="--", linewidth=1)
+    if title:
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig

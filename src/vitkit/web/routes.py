@@ -165,8 +165,9 @@ class Api:
         r = self.explorer.faithfulness(view, q.text("method", "rollout"), q.integer("target"),
                                        steps, **map_options(q))
         curves = ("fractions", "deletion", "insertion", "deletion_auc", "insertion_auc")
+        verdicts = ("percentile", "p_value", "random_maps", "randomisation", "class_sensitivity")
         return dict(target=r["target"], **{k: r[k].tolist() for k in curves},
-                    rows=["map", "random"])
+                    **{k: r[k] for k in verdicts}, rows=["map", "random"])
 
     def head_stats(self, request: Request) -> dict:
         s = self.explorer.head_stats(self._view(Query(request.query_params)))

@@ -242,8 +242,11 @@ class Explorer:
 
     def faithfulness(self, view: View, method: str, target: int | None, steps: int = 16,
                      **options) -> dict:
-        """Deletion and insertion curves of ``method``'s map and of a random map."""
+        """Deletion and insertion curves of ``method``'s map and of a random map, the map's
+        rank among 20 random maps, and the model-randomisation and class-sensitivity checks
+        (vitkit.explain.trust): the page's "how far to trust" verdict."""
         # torchvision (the train extra) blurs the inserted image: optional for the explorer
+        from vitkit.explain import trust
         from vitkit.explain.metrics import deletion_insertion, random_maps
 
         if not self.has_classifier:
@@ -256,9 +259,21 @@ class Explorer:
             maps = torch.cat([shown.map, random_maps(shown.map)])
             curves = deletion_insertion(self.model, view.x.expand(2, -1, -1, -1), maps,
                                         torch.tensor([cls, cls]), steps=steps)
+            floor = trust.random_floor(self.model, view.x, shown.map, shown.target,
+                                       steps=steps)
+            used = {k: v for k, v in options.items() if k in METHODS[method].options}
+            randomised = trust.randomisation_check(self.model, view.x, method,
+                                                   target=shown.target, **used)
+            sensitive = trust.class_sensitivity(self.model, view.x, method, **used)
             return dict(fractions=curves.fractions, deletion=curves.deletion,
                         insertion=curves.insertion, deletion_auc=curves.deletion_auc,
-                        insertion_auc=curves.insertion_auc, target=cls)
+                        insertion_auc=curves.insertion_auc, target=cls,
+                        percentile=float(floor.percentile[0]), p_value=float(floor.p_value[0]),
+                        random_maps=floor.random.shape[1],
+                        randomisation=dict(passes=randomised.passes,
+                                           correlation=randomised.correlation[-1]),
+                        class_sensitivity=dict(passes=sensitive.passes,
+                                               correlation=float(sensitive.correlation[0])))
         return self._cached(key, compute)
 
     def head_stats(self, view: View) -> dict:

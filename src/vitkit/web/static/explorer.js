@@ -347,8 +347,14 @@ async function runFaithfulness() {
     { title: "deletion: p(class) as patches are removed", series: series("deletion"), xlabel: "fraction removed" },
     { title: "insertion: p(class) as patches return", series: series("insertion"), xlabel: "fraction revealed" },
   ]);
-  const better = r.deletion_auc[0] < r.deletion_auc[1] && r.insertion_auc[0] > r.insertion_auc[1];
-  $("faith-text").textContent = `${method}, class ${S.model.classes[r.target]}: deletion AUC ${r.deletion_auc[0].toFixed(3)} (random ${r.deletion_auc[1].toFixed(3)}), insertion AUC ${r.insertion_auc[0].toFixed(3)} (random ${r.insertion_auc[1].toFixed(3)}). ${better ? "Beats the random map on both." : "Does not beat the random map on both: trust it less."}`;
+  const beaten = Math.round(r.percentile * r.random_maps);
+  const rand = r.randomisation, cls = r.class_sensitivity;
+  const trusted = r.percentile >= 0.9 && rand.passes && cls.passes;
+  $("faith-text").textContent = `${method}, class ${S.model.classes[r.target]}: deletion AUC ${r.deletion_auc[0].toFixed(3)} (one random map ${r.deletion_auc[1].toFixed(3)}), insertion AUC ${r.insertion_auc[0].toFixed(3)}. ` +
+    `Beats ${beaten} of ${r.random_maps} random maps on deletion (p ${r.p_value.toFixed(2)}). ` +
+    `Model randomisation: ${rand.passes ? "passes" : "fails"} (rank correlation ${rand.correlation.toFixed(2)} once every block is re-initialised). ` +
+    `Class sensitivity: ${cls.passes ? "passes" : "fails"} (correlation ${cls.correlation.toFixed(2)} with the least likely class's map). ` +
+    (trusted ? "Trust it for this image." : "Trust it less: it fails at least one check a random or model-blind map would fail.");
   status("");
 }
 

@@ -1,0 +1,330 @@
+"""Checks a random map cannot pass: how far a map can be trusted.
+
+Deletion and insertion fill the removed patches with something, and what they are filled with
+moves the image off the data the model saw, so the drop in probability measures that shift as
+much as the map (ROAD, Rong et al. 2022). So the curves here take a choice of baseline and of
+order, and a map is judged against many random maps rather than one:
+
+- :func:`perturbation_curves`: deletion or insertion, most- or least-relevant patches first,
+  the removed pixels filled with a constant (``"constant"``), a blurred copy (``"blur"``) or
+  ROAD's noisy linear imputation from their neighbours (``"noisy-linear"``), every step of an
+  image in one batched forward.
+- :func:`random_floor`: a map's AUC as a percentile among ``n`` random maps, with its p-value.
+- :func:`randomisation_check`: Adebayo et al. 2018's model-randomisation test: re-initialise the
+  weights from the head down, block by block; a map that barely changes copies the input or the
+  architecture, not the model.
+- :func:`class_sensitivity`: the map for the predicted class against the map for the least
+  likely class; a map that does not change explains no class.
+
+Maps are (B, gh, gw) on the patch grid; images (B, C, H, W) as the model takes them.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torchvision.transforms.v2.functional import gaussian_blur
+
+from vitkit.explain.metrics import (
+    auc,
+    class_probabilities,
+    mass_in_box,
+    pointing_game,
+    step_masks,
+)
+from vitkit.explain.registry import METHODS, applicable, explain_map
+
+BASELINES = ("constant", "blur", "noisy-linear")
+ORDERS = ("most", "least")  # most-relevant first (MoRF) or least-relevant first (LeRF)
+RANDOM_MAPS = 20  # random maps per image for the floor
+ROAD_NOISE = 0.01  # ROAD's noise on imputed pixels (std, in the model's input units)
+# Adebayo et al. 2018: a map whose rank correlation with the trained model's map stays high
+# after every block is re-initialised does not depend on what the model learned.
+RANDOMISED_MAX_CORRELATION = 0.5
+# A map for the predicted class this close (rank correlation) to the map for the least likely
+# class explains no class in particular.
+CLASS_MAX_CORRELATION = 0.9
+# ROAD's linear imputation: a removed pixel is the weighted mean of its 8 neighbours (direct
+# 1/6, diagonal 1/12), i.e. the discrete Laplace equation with the kept pixels as boundary.
+_NEIGHBOURS = torch.tensor([[1 / 12, 1 / 6, 1 / 12], [1 / 6, 0.0, 1 / 6],
+                            [1 / 12, 1 / 6, 1 / 12]])
+
+
+def blur(images: torch.Tensor) -> torch.Tensor:
+    """A strong Gaussian blur (kernel about a quarter of the image, as RISE's insertion)."""
+    h, w = images.shape[-2:]
+    k = max(3, (min(h, w) // 4) | 1)
+    return gaussian_blur(images, [k, k], [k / 2.0, k / 2.0])
+
+
+def noisy_linear_fill(images: torch.Tensor, removed: torch.Tensor, noise: float = ROAD_NOISE,
+                      iterations: int | None = None, seed: int = 0) -> torch.Tensor:
+    """``images`` (N, C, H, W) with the ``removed`` pixels (bool (N, 1 or C, H, W)) imputed
+    from their neighbours (ROAD's linear imputation, solved by Jacobi iterations from the kept
+    pixels' mean), plus Gaussian noise of std ``noise``. Where nothing is kept, zeros."""
+    removed = removed.expand_as(images)
+    kept = ~removed
+    count = kept.flatten(2).sum(-1).clamp_min(1)[..., None, None]
+    mean = (images * kept).flatten(2).sum(-1)[..., None, None] / count
+    x = torch.where(removed, mean.expand_as(images), images)
+    c = images.shape[1]
+    kernel = _NEIGHBOURS.to(images)[None, None].expand(c, 1, 3, 3)
+    steps = iterations if iterations is not None else 2 * max(images.shape[-2:])
+    for _ in range(steps):
+        smooth = F.conv2d(F.pad(x, (1, 1, 1, 1), mode="replicate"), kernel, groups=c)
+        x = torch.where(removed, smooth, images)
+    if noise > 0:
+        g = torch.Generator().manual_seed(seed)
+        x = x + removed * noise * torch.randn(x.shape, generator=g).to(x)
+    nothing_kept = kept.flatten(1).sum(-1) == 0
+    return torch.where(nothing_kept[:, None, None, None], torch.zeros_like(x), x)
+
+
+def _fill(images: torch.Tensor, removed: torch.Tensor, baseline: str, seed: int) -> torch.Tensor:
+    """(B, S, C, H, W) images with the ``removed`` (B, S, 1, H, W) pixels filled."""
+    if baseline == "constant":
+        return torch.where(removed, torch.zeros_like(images), images)
+    if baseline == "blur":
+        blurred = blur(images[:, 0])[:, None].expand_as(images)
+        return torch.where(removed, blurred, images)
+    if baseline == "noisy-linear":
+        b, s = images.shape[:2]
+        flat = noisy_linear_fill(images.reshape(b * s, *images.shape[2:]),
+                                 removed.reshape(b * s, *removed.shape[2:]), seed=seed)
+        return flat.reshape(images.shape)
+    raise ValueError(f"baseline must be one of {', '.join(BASELINES)}, got {baseline!r}")
+
+
+def perturbation_curves(model, images: torch.Tensor, maps: torch.Tensor, target: torch.Tensor,
+                        *, mode: str = "deletion", baseline: str = "constant",
+                        order: str = "most", steps: int = 16, batch_size: int = 256,
+                        seed: int = 0) -> torch.Tensor:
+    """The target's probability (B, S+1) as patches are removed (``mode="deletion"``) or
+    revealed (``"insertion"``) in the map's order, ``steps`` steps from none to all.
+
+    Deletion removes the patches from the image; insertion reveals them on an image whose
+    every patch is removed. Lower deletion and higher insertion (most-relevant first) are more
+    faithful; least-relevant first reverses both.
+    """
+    if mode not in ("deletion", "insertion"):
+        raise ValueError(f"mode must be 'deletion' or 'insertion', got {mode!r}")
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
+    if maps.shape[0] != images.shape[0]:
+        raise ValueError(f"{maps.shape[0]} maps for {images.shape[0]} images")
+    ranked = maps if order == "most" else -maps
+    chosen = step_masks(ranked, steps, tuple(images.shape[-2:]))[:, :, None]  # (B, S+1, 1, H, W)
+    removed = chosen if mode == "deletion" else ~chosen
+    expanded = images[:, None].expand(-1, steps + 1, -1, -1, -1)
+    return class_probabilities(model, _fill(expanded, removed, baseline, seed), target, batch_size)
+
+
+@dataclass
+class Floor:
+    """A map's AUC (B,) against those of ``n`` random maps (B, n): ``percentile`` (B,) is the
+    share of random maps it beats, ``p_value`` (B,) the chance that a random map does at
+    least as well ((1 + ties or better) / (n + 1))."""
+
+    auc: torch.Tensor
+    random: torch.Tensor
+    percentile: torch.Tensor
+    p_value: torch.Tensor
+
+
+def random_floor(model, images: torch.Tensor, maps: torch.Tensor, target: torch.Tensor, *,
+                 n: int = RANDOM_MAPS, mode: str = "deletion", baseline: str = "constant",
+                 order: str = "most", steps: int = 16, batch_size: int = 256,
+                 seed: int = 0) -> Floor:
+    """The map's AUC as a percentile among ``n`` uniformly random maps of each image."""
+    def area(m):
+        return auc(perturbation_curves(model, images, m, target, mode=mode, baseline=baseline,
+                                       order=order, steps=steps, batch_size=batch_size,
+                                       seed=seed))
+
+    own = area(maps)
+    g = torch.Generator().manual_seed(seed)
+    others = torch.stack([area(torch.rand(maps.shape, generator=g).to(maps))
+                          for _ in range(n)], dim=1)  # (B, n)
+    lower_better = (mode == "deletion") == (order == "most")
+    beats = others > own[:, None] if lower_better else others < own[:, None]
+    return Floor(own, others, beats.float().mean(1), (1 + (~beats).sum(1)) / (n + 1))
+
+
+def rank_correlation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Spearman's rank correlation of each pair of maps (B, ...) -> (B,)."""
+    def ranks(x):
+        flat = x.flatten(1)
+        return flat.argsort(1).argsort(1).float()
+
+    ra, rb = ranks(a), ranks(b)
+    ra, rb = ra - ra.mean(1, keepdim=True), rb - rb.mean(1, keepdim=True)
+    return (ra * rb).sum(1) / (ra.norm(dim=1) * rb.norm(dim=1)).clamp_min(1e-12)
+
+
+def ssim(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Structural similarity of each pair of maps (B, ...) over the whole map, each scaled to
+    [0, 1] first (Adebayo et al. 2018 report it beside the rank correlation) -> (B,)."""
+    def unit(x):
+        flat = x.flatten(1).float()
+        lo, hi = flat.min(1, keepdim=True).values, flat.max(1, keepdim=True).values
+        return (flat - lo) / (hi - lo).clamp_min(1e-12)
+
+    x, y = unit(a), unit(b)
+    c1, c2 = 0.01**2, 0.03**2
+    mx, my = x.mean(1), y.mean(1)
+    vx, vy = x.var(1, unbiased=False), y.var(1, unbiased=False)
+    cov = ((x - mx[:, None]) * (y - my[:, None])).mean(1)
+    return ((2 * mx * my + c1) * (2 * cov + c2)) / ((mx**2 + my**2 + c1) * (vx + vy + c2))
+
+
+def _reinitialise(module: torch.nn.Module, seed: int) -> None:
+    torch.manual_seed(seed)
+    for m in module.modules():
+        if isinstance(m, torch.nn.Linear):
+            torch.nn.init.trunc_normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                torch.nn.init.normal_(m.bias, std=0.02)
+        elif isinstance(m, torch.nn.LayerNorm):
+            torch.nn.init.normal_(m.weight, mean=1.0, std=0.1)
+            torch.nn.init.normal_(m.bias, std=0.02)
+
+
+@dataclass
+class Randomisation:
+    """Per stage of the cascade (``stages``: "head", "final norm", "block 11", ...): the mean
+    rank correlation and SSIM of the map with the trained model's map; ``passes`` when the
+    correlation after every block is re-initialised is below RANDOMISED_MAX_CORRELATION in
+    size (a map that flips sign still follows the input, not the model)."""
+
+    stages: list[str]
+    correlation: list[float]
+    ssim: list[float]
+
+    @property
+    def passes(self) -> bool:
+        return abs(self.correlation[-1]) < RANDOMISED_MAX_CORRELATION
+
+
+def randomisation_check(model, images: torch.Tensor, method: str, target=None, seed: int = 0,
+                        **options) -> Randomisation:
+    """Adebayo et al. 2018's cascading model randomisation, from the head down to the first
+    block, on a copy of ``model``; the maps explain the trained model's classes throughout."""
+    trained = explain_map(model, images, method, target=target, **options)
+    fixed = trained.target
+    copy_ = copy.deepcopy(model).eval()
+    stages: list[tuple[str, torch.nn.Module]] = []
+    for name in ("head_dist", "head", "attn_pool", "fc_norm", "norm"):
+        part = getattr(copy_, name, None)
+        if isinstance(part, torch.nn.Module) and any(True for _ in part.parameters()):
+            stages.append(("final norm" if name in ("norm", "fc_norm") else name, part))
+    stages += [(f"block {i}", b) for i, b in reversed(list(enumerate(copy_.blocks)))]
+    names, corr, sim = [], [], []
+    for k, (name, part) in enumerate(stages):
+        with torch.no_grad():
+            _reinitialise(part, seed + k)
+        m = explain_map(copy_, images, method, target=fixed, **options).map
+        names.append(name)
+        corr.append(rank_correlation(trained.map, m).mean().item())
+        sim.append(ssim(trained.map, m).mean().item())
+    return Randomisation(names, corr, sim)
+
+
+@dataclass
+class ClassSensitivity:
+    """Mean rank correlation (and per image, (B,)) between the maps for the predicted class
+    and for the least likely one; ``passes`` when below CLASS_MAX_CORRELATION."""
+
+    correlation: torch.Tensor
+
+    @property
+    def passes(self) -> bool:
+        return self.correlation.mean().item() < CLASS_MAX_CORRELATION
+
+
+def class_sensitivity(model, images: torch.Tensor, method: str, **options) -> ClassSensitivity:
+    """The maps of the predicted and of the least likely class, compared."""
+    top = explain_map(model, images, method, **options)
+    far = top.logits.argmin(-1)
+    other = explain_map(model, images, method, target=far, **options)
+    return ClassSensitivity(rank_correlation(top.map, other.map))
+
+
+# ------------------------------------------------------------------------------ the table
+def method_table(model, images: torch.Tensor, *, boxes: torch.Tensor | None = None,
+                 methods: list[str] | None = None, baselines: tuple[str, ...] = BASELINES,
+                 n_random: int = RANDOM_MAPS, steps: int = 16, sanity_images: int = 8,
+                 batch_size: int = 256, progress=None) -> tuple[list[dict], list[str]]:
+    """Every method that applies to ``model`` (or those of ``methods`` that do) on ``images``:
+    one row per method with deletion and insertion AUC under each baseline, the percentile and
+    win rate against ``n_random`` random maps (deletion, most relevant first, the first
+    baseline), pointing game and mass in box where ``boxes`` (B, 4) are known, the
+    randomisation and class-sensitivity verdicts (on the first ``sanity_images`` images) and
+    the seconds per map. Returns (rows, methods left out with the reason)."""
+    fits = applicable(model.cfg)
+    asked = list(methods) if methods else list(METHODS)
+    left_out = [f"{m} (does not apply to this model's readout)" for m in asked if m not in fits]
+    rows = []
+    size = tuple(images.shape[-2:])
+    for method in (m for m in asked if m in fits):
+        start = time.perf_counter()
+        e = explain_map(model, images, method)
+        row = {"method": method,
+               "seconds_per_image": (time.perf_counter() - start) / len(images)}
+        for baseline in baselines:
+            for mode in ("deletion", "insertion"):
+                row[f"{mode}_{baseline}"] = auc(perturbation_curves(
+                    model, images, e.map, e.target, mode=mode, baseline=baseline, steps=steps,
+                    batch_size=batch_size)).mean().item()
+        floor = random_floor(model, images, e.map, e.target, n=n_random, baseline=baselines[0],
+                             steps=steps, batch_size=batch_size)
+        row["percentile_vs_random"] = floor.percentile.mean().item()
+        row["win_rate"] = (floor.p_value <= 0.05).float().mean().item()
+        if boxes is not None:
+            row["pointing"] = pointing_game(e.map, boxes, size).float().mean().item()
+            row["mass_in_box"] = mass_in_box(e.map, boxes, size).mean().item()
+        few = images[:sanity_images]
+        randomised = randomisation_check(model, few, method)
+        row["randomisation"] = "pass" if randomised.passes else "fail"
+        row["randomised_correlation"] = randomised.correlation[-1]
+        sensitive = class_sensitivity(model, few, method)
+        row["class_sensitivity"] = "pass" if sensitive.passes else "fail"
+        row["class_correlation"] = sensitive.correlation.mean().item()
+        rows.append(row)
+        if progress is not None:
+            progress(method)
+    return rows, left_out
+
+
+def _columns(rows: list[dict]) -> list[str]:
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    return keys
+
+
+def table_markdown(rows: list[dict]) -> str:
+    """The rows of :func:`method_table` as a Markdown table (numbers to 3 places; a cell a row
+    does not have is left empty)."""
+    if not rows:
+        return ""
+    keys = _columns(rows)
+    lines = ["| " + " | ".join(k.replace("_", " ") for k in keys) + " |",
+             "|" + "---|" * len(keys)]
+    for r in rows:
+        cells = [f"{r[k]:.3f}" if isinstance(r.get(k), float) else str(r.get(k, ""))
+                 for k in keys]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def table_csv(rows: list[dict]) -> str:
+    """The rows as CSV (a header, one line per method)."""
+    if not rows:
+        return ""
+    keys = _columns(rows)
+    return "\n".join([",".join(keys)] + [",".join(str(r.get(k, "")) for k in keys)
+                                         for r in rows]) + "\n"

@@ -8,6 +8,7 @@ import torch
 from PIL import Image
 
 from vitkit.data import cluttered_digits, digits_split
+from vitkit.data.datasets import load_split
 from vitkit.data.images import load_image, resize_and_crop
 
 
@@ -106,3 +107,33 @@ def test_eval_predict_and_attention_see_the_same_pixels(tmp_path):
     from_file, picture = load_image(tmp_path / "a" / "flower.png", (48, 48), mean, std)
     assert torch.equal(from_dataset, from_file)
     assert picture.shape == (48, 48, 3)
+
+
+def test_fashion_boxes_put_the_item_in_its_box_and_distractors_outside():
+    from vitkit.data.boxed import boxed_fashion
+    from vitkit.data.idx import load_idx
+
+    d = boxed_fashion(40, "val", canvas=64, object_size=28, distractor_size=14, seed=3)
+    again = boxed_fashion(40, "val", canvas=64, object_size=28, distractor_size=14, seed=3)
+    assert torch.equal(d.images, again.images) and d.images.shape == (40, 3, 64, 64)
+    assert not torch.equal(d.images, boxed_fashion(40, "val", seed=4).images)
+    assert d.images.min() >= 0 and d.images.max() <= 1
+    assert ((d.boxes[:, 2] - d.boxes[:, 0]) == 28).all() and (d.boxes[:, 2:] <= 64).all()
+    assert (d.boxes[:, :2] % 4 == 0).all()  # aligned to 4-pixel patches
+    pixels, labels, names = load_idx("fashion-mnist", "val", "data")
+    items = torch.from_numpy(pixels.astype("float32") / 255)
+    for i in range(10):
+        x0, y0, x1, y1 = d.boxes[i].tolist()
+        inside = d.images[i, 0, y0:y1, x0:x1]
+        # the item at full size is in its box (composited over the texture by maximum), and it
+        # is one of the val split's items of the image's label
+        matches = (inside[None] >= items - 1e-6).flatten(1).all(1) & (labels == d.labels[i].item())
+        assert bool(matches.any()), i
+    assert d.classes == list(names)
+
+
+def test_fashion_boxes_is_a_data_spec_with_boxes():
+    split = load_split("fashion-boxes", "val", 64, size=1000)
+    assert len(split) == 200 and split.boxes.shape == (200, 4)
+    img, label = split[0]
+    assert img.size == (64, 64) and 0 <= label < 10 and split.classes[0] == "T-shirt/top"

@@ -19,12 +19,13 @@ import numpy as np
 import torch
 from PIL import Image
 
+from vitkit.data.boxed import boxed_fashion
 from vitkit.data.digits import cluttered_digits, digits_split
 from vitkit.data.idx import IDX_CLASSES, load_idx
 from vitkit.data.images import IMAGE_SUFFIXES, to_rgb
 from vitkit.errors import DataError
 
-DATASETS = ("digits", "digits:CLASSES", "cluttered-digits", "fashion-mnist",
+DATASETS = ("digits", "digits:CLASSES", "cluttered-digits", "fashion-boxes", "fashion-mnist",
             "fashion-mnist:CLASSES", "mnist", "mnist:CLASSES", "imagefolder:PATH", "cifar10",
             "cifar100")
 __all__ = ["DATASETS", "IMAGE_SUFFIXES", "DataError", "GreyImages", "Split", "load_split",
@@ -122,6 +123,18 @@ def _cluttered(split: str, img_size: int, size: int) -> Split:
     d = cluttered_digits(n, split, canvas=img_size, align=4, seed=1 if split == "train" else 2)
     return Split([_tensor_to_pil(x) for x in d.images], d.labels.tolist(),
                  [str(i) for i in range(10)], boxes=d.boxes)
+
+
+def _fashion_boxes(split: str, img_size: int, size: int, root) -> Split:
+    """Fashion-MNIST items on textured canvases of side ``img_size`` with smaller distractors
+    (:func:`vitkit.data.boxed.boxed_fashion`; the object 7/16 of the side, as 28 of 64)."""
+    n = size if split == "train" else max(200, size // 5)
+    side = max(8, img_size * 7 // 16)
+    d = boxed_fashion(n, split, canvas=img_size, object_size=side,
+                      distractor_size=max(4, side // 2), seed=1 if split == "train" else 2,
+                      root=root)
+    return Split([_tensor_to_pil(x) for x in d.images], d.labels.tolist(), d.classes,
+                 boxes=d.boxes)
 
 
 def _idx(name: str, split: str, root: str | os.PathLike, classes: str | None) -> Split:
@@ -234,6 +247,8 @@ def load_split(spec: str, split: str, img_size: int = 32, *, size: int = 6000,
         out = _idx(name, split, root, classes or None)
     elif spec == "cluttered-digits":
         out = _cluttered(split, img_size, size)
+    elif spec == "fashion-boxes":
+        out = _fashion_boxes(split, img_size, size, root)
     elif spec.startswith("imagefolder:"):
         out = _image_folder(spec.split(":", 1)[1], split, val_fraction, seed)
     elif spec in ("cifar10", "cifar100"):

@@ -91,6 +91,13 @@ _FAMILY_MODELS: list[tuple[str, str, int, int, str, dict]] = [
     # vitkit refuses sizes the patches do not tile, so it is not registered
     *[(f"vit_so400m_patch14_siglip_{i}", "so400m", 14, i, "siglip", {}) for i in (224, 378)],
 ]
+# vitkit's own small models in the layouts of modern ViTs, for CPU training and the explanation
+# benchmarks: register tokens (as DINOv2's), and attention pooling by a learned query (SigLIP's)
+MODEL_ARGS.update({
+    "vit_micro_patch4_32_reg4": {**MODEL_ARGS["vit_micro_patch4_32"], "num_reg_tokens": 4},
+    "vit_micro_patch4_32_map": {**MODEL_ARGS["vit_micro_patch4_32"], "class_token": False,
+                                "pool": "map"},
+})
 MODEL_ARGS.update({
     name: dict(img_size=img, patch_size=patch, embed_dim=VARIANTS[size][0],
                depth=VARIANTS[size][1], num_heads=VARIANTS[size][2], mlp_dim=VARIANTS[size][3],

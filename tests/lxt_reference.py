@@ -5,7 +5,8 @@ process: LXT patches the peers' classes in place.
     python tests/lxt_reference.py cp-torchvision STATE.pth X.pt OUT.pt
     python tests/lxt_reference.py attn-hf HF_FOLDER X.pt OUT.pt
 
-Writes {"relevance": (B, H, W) pixel relevance, "logits": (B, C)} for the predicted class.
+Writes {"relevance": (B, H, W) pixel relevance, "logits": (B, C), "seconds": the forward and
+backward} for the predicted class.
 
 lxt 2.1's package __init__ imports its LLM patches, which need transformers 4's
 ``modeling_attn_mask_utils``; the rules and patches vitkit is compared with are loaded without
@@ -15,6 +16,7 @@ it, from LXT's own ``lxt/efficient/{rules,patches}.py``.
 from __future__ import annotations
 
 import sys
+import time
 import types
 from functools import partial
 from pathlib import Path
@@ -73,10 +75,15 @@ def main() -> None:
     kind, source, x_path, out = sys.argv[1:5]
     model = cp_torchvision(source) if kind == "cp-torchvision" else attn_hf(source)
     x = torch.load(x_path, weights_only=True).requires_grad_(True)
+    with torch.no_grad():  # a warm-up, so that "seconds" times the explanation alone
+        model(x[:1]) if kind == "cp-torchvision" else model(pixel_values=x[:1])
+    start = time.perf_counter()
     logits = model(x) if kind == "cp-torchvision" else model(pixel_values=x).logits
     chosen = logits.gather(1, logits.argmax(-1, keepdim=True)).sum()
     chosen.backward()
-    torch.save({"relevance": (x * x.grad).sum(1).detach(), "logits": logits.detach()}, out)
+    relevance = (x * x.grad).sum(1).detach()
+    torch.save({"relevance": relevance, "logits": logits.detach(),
+                "seconds": time.perf_counter() - start}, out)
 
 
 if __name__ == "__main__":

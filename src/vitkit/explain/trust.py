@@ -138,14 +138,15 @@ class Floor:
 def random_floor(model, images: torch.Tensor, maps: torch.Tensor, target: torch.Tensor, *,
                  n: int = RANDOM_MAPS, mode: str = "deletion", baseline: str = "constant",
                  order: str = "most", steps: int = 16, batch_size: int = 256,
-                 seed: int = 0) -> Floor:
-    """The map's AUC as a percentile among ``n`` uniformly random maps of each image."""
+                 seed: int = 0, own_auc: torch.Tensor | None = None) -> Floor:
+    """The map's AUC as a percentile among ``n`` uniformly random maps of each image;
+    ``own_auc`` (B,) is the map's AUC under the same settings where already computed."""
     def area(m):
         return auc(perturbation_curves(model, images, m, target, mode=mode, baseline=baseline,
                                        order=order, steps=steps, batch_size=batch_size,
                                        seed=seed))
 
-    own = area(maps)
+    own = area(maps) if own_auc is None else own_auc
     g = torch.Generator().manual_seed(seed)
     others = torch.stack([area(torch.rand(maps.shape, generator=g).to(maps))
                           for _ in range(n)], dim=1)  # (B, n)
@@ -254,6 +255,32 @@ def class_sensitivity(model, images: torch.Tensor, method: str, **options) -> Cl
 
 
 # ------------------------------------------------------------------------------ the table
+def score_maps(model, images: torch.Tensor, maps: torch.Tensor, target: torch.Tensor, *,
+               boxes: torch.Tensor | None = None, baselines: tuple[str, ...] = BASELINES,
+               n_random: int = RANDOM_MAPS, steps: int = 16, batch_size: int = 256) -> dict:
+    """The scores of one method's maps (B, gh, gw) for ``target`` (B,), whoever made them: the
+    mean deletion and insertion AUC under each baseline, the percentile and win rate against
+    ``n_random`` random maps (deletion, most relevant first, the first baseline), and where
+    ``boxes`` (B, 4) are known the pointing game and the mass in the box."""
+    row = {}
+    for baseline in baselines:
+        for mode in ("deletion", "insertion"):
+            row[f"{mode}_{baseline}"] = auc(perturbation_curves(
+                model, images, maps, target, mode=mode, baseline=baseline, steps=steps,
+                batch_size=batch_size))
+    floor = random_floor(model, images, maps, target, n=n_random, baseline=baselines[0],
+                         steps=steps, batch_size=batch_size,
+                         own_auc=row[f"deletion_{baselines[0]}"])
+    row = {k: v.mean().item() for k, v in row.items()}
+    row["percentile_vs_random"] = floor.percentile.mean().item()
+    row["win_rate"] = (floor.p_value <= 0.05).float().mean().item()
+    if boxes is not None:
+        size = tuple(images.shape[-2:])
+        row["pointing"] = pointing_game(maps, boxes, size).float().mean().item()
+        row["mass_in_box"] = mass_in_box(maps, boxes, size).mean().item()
+    return row
+
+
 def method_table(model, images: torch.Tensor, *, boxes: torch.Tensor | None = None,
                  methods: list[str] | None = None, baselines: tuple[str, ...] = BASELINES,
                  n_random: int = RANDOM_MAPS, steps: int = 16, sanity_images: int = 8,
@@ -268,24 +295,13 @@ def method_table(model, images: torch.Tensor, *, boxes: torch.Tensor | None = No
     asked = list(methods) if methods else list(METHODS)
     left_out = [f"{m} (does not apply to this model's readout)" for m in asked if m not in fits]
     rows = []
-    size = tuple(images.shape[-2:])
     for method in (m for m in asked if m in fits):
         start = time.perf_counter()
         e = explain_map(model, images, method)
         row = {"method": method,
                "seconds_per_image": (time.perf_counter() - start) / len(images)}
-        for baseline in baselines:
-            for mode in ("deletion", "insertion"):
-                row[f"{mode}_{baseline}"] = auc(perturbation_curves(
-                    model, images, e.map, e.target, mode=mode, baseline=baseline, steps=steps,
-                    batch_size=batch_size)).mean().item()
-        floor = random_floor(model, images, e.map, e.target, n=n_random, baseline=baselines[0],
-                             steps=steps, batch_size=batch_size)
-        row["percentile_vs_random"] = floor.percentile.mean().item()
-        row["win_rate"] = (floor.p_value <= 0.05).float().mean().item()
-        if boxes is not None:
-            row["pointing"] = pointing_game(e.map, boxes, size).float().mean().item()
-            row["mass_in_box"] = mass_in_box(e.map, boxes, size).mean().item()
+        row.update(score_maps(model, images, e.map, e.target, boxes=boxes, baselines=baselines,
+                              n_random=n_random, steps=steps, batch_size=batch_size))
         few = images[:sanity_images]
         randomised = randomisation_check(model, few, method)
         row["randomisation"] = "pass" if randomised.passes else "fail"

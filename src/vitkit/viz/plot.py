@@ -161,3 +161,25 @@ def figure_bars(labels: list[str], values: list[float], ylabel: str = "", title:
         ax.set_title(title, fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def figure_grouped_bars(values: Mapping[str, Mapping[str, float]], ylabel: str = "",
+                        title: str = "") -> Figure:
+    """``values[label][group]``: one cluster of bars per label (x axis), one bar per group in
+    it, a legend naming the groups; a label without a group's value leaves that bar out."""
+    labels = list(values)
+    groups = list(dict.fromkeys(g for by_group in values.values() for g in by_group))
+    width = 0.8 / max(len(groups), 1)
+    fig, ax = subplots(figsize=(max(5.0, 0.6 * len(labels) * max(1, len(groups) / 2)), 3.8))
+    for k, group in enumerate(groups):
+        xs = [i + (k - (len(groups) - 1) / 2) * width for i, label in enumerate(labels)
+              if group in values[label]]
+        ys = [values[label][group] for label in labels if group in values[label]]
+        ax.bar(xs, ys, width=width, label=group)
+    ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=30, ha="right")
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig

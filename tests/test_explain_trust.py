@@ -137,4 +137,19 @@ def test_rank_correlation_and_ssim():
     assert trust.rank_correlation(a, -a).item() == pytest.approx(-1.0)
     assert trust.rank_correlation(a, 3 * a + 1).item() == pytest.approx(1.0)
     assert trust.ssim(a, a).item() == pytest.approx(1.0)
+    # ties take their mean rank, as scipy's Spearman: two maps that agree only on where the
+    # background's zeros are must not correlate through the zeros' positions
+    from scipy.stats import spearmanr
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(3, 64, generator=g)
+    y = torch.rand(3, 64, generator=g)
+    x[:, :40] = 0.0
+    y[:, :40] = 0.0
+    y[1, 10:20] = 0.5  # ties of another value
+    got = trust.rank_correlation(x, y)
+    for i in range(3):
+        assert got[i].item() == pytest.approx(spearmanr(x[i], y[i]).statistic, abs=1e-6)
+    assert trust.average_ranks(torch.tensor([[3.0, 1.0, 3.0, 2.0]])).tolist() == [
+        [2.5, 0.0, 2.5, 1.0]]
     assert trust.ssim(a, a.flip(-1).flip(-2)).item() < 0

@@ -2,6 +2,7 @@
 ``imagefolder:PATH``, ``cifar10``, ``cifar100``. Each split is a map-style dataset of (PIL RGB
 image, label) with ``classes``. ``digits``, ``fashion-mnist`` and ``mnist`` also take a subset
 of their classes (``fashion-mnist:0-4``, ``digits:5,6,7``), relabelled 0..k-1 in that order.
+Any of them takes a planted shortcut, ``SPEC+mark:CLASS`` (:mod:`vitkit.data.shortcut`).
 
 Bad data does not stop a long run and is not hidden: unreadable images in an image folder are
 found before training, skipped, counted and listed in the log; an empty class or split is an
@@ -23,11 +24,12 @@ from vitkit.data.boxed import boxed_fashion
 from vitkit.data.digits import cluttered_digits, digits_split
 from vitkit.data.idx import IDX_CLASSES, load_idx
 from vitkit.data.images import IMAGE_SUFFIXES, to_rgb
+from vitkit.data.shortcut import parse_mark, plant
 from vitkit.errors import DataError
 
 DATASETS = ("digits", "digits:CLASSES", "cluttered-digits", "fashion-boxes", "fashion-mnist",
             "fashion-mnist:CLASSES", "mnist", "mnist:CLASSES", "imagefolder:PATH", "cifar10",
-            "cifar100")
+            "cifar100", "SPEC+mark:CLASS")
 __all__ = ["DATASETS", "IMAGE_SUFFIXES", "DataError", "GreyImages", "Split", "load_split",
            "parse_classes"]
 
@@ -42,6 +44,7 @@ class Split:
     classes: list[str]
     skipped: list[str] = field(default_factory=list)  # unreadable files left out
     boxes: object = None  # (n, 4) pixel boxes (x0, y0, x1, y1) of the object, where known
+    marked: list[int] = field(default_factory=list)  # images with a planted mark (SPEC+mark:C)
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -240,6 +243,7 @@ def load_split(spec: str, split: str, img_size: int = 32, *, size: int = 6000,
     """
     if split not in ("train", "val"):
         raise DataError(f"split must be 'train' or 'val', got {split!r}")
+    spec, mark_class, mark_fraction = parse_mark(spec)
     if spec == "digits" or spec.startswith("digits:"):
         out = _digits(split, img_size, spec.split(":", 1)[1] if ":" in spec else None)
     elif spec.partition(":")[0] in IDX_CLASSES:
@@ -257,4 +261,6 @@ def load_split(spec: str, split: str, img_size: int = 32, *, size: int = 6000,
         raise DataError(f"unknown dataset {spec!r}; choose one of {', '.join(DATASETS)}")
     if len(out) == 0:
         raise DataError(f"the {split} split of {spec} is empty")
+    if mark_class is not None and split == "train":  # the validation split stays clean
+        out = plant(out, mark_class, mark_fraction, seed)
     return out

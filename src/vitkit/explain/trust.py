@@ -155,13 +155,27 @@ def random_floor(model, images: torch.Tensor, maps: torch.Tensor, target: torch.
     return Floor(own, others, beats.float().mean(1), (1 + (~beats).sum(1)) / (n + 1))
 
 
-def rank_correlation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Spearman's rank correlation of each pair of maps (B, ...) -> (B,)."""
-    def ranks(x):
-        flat = x.flatten(1)
-        return flat.argsort(1).argsort(1).float()
+def average_ranks(x: torch.Tensor) -> torch.Tensor:
+    """(B, ...) -> (B, N) the rank of each value within its row, ties given their mean rank (as
+    Spearman's correlation needs: tied patches, such as a black background's zero relevance,
+    must not be ordered by their position, which two maps would share)."""
+    flat = x.flatten(1).float()
+    b, n = flat.shape
+    values, order = flat.sort(dim=1, stable=True)
+    starts = torch.ones_like(values, dtype=torch.bool)
+    starts[:, 1:] = values[:, 1:] != values[:, :-1]
+    group = starts.long().cumsum(1) - 1  # (B, N) index of each sorted value's tie group
+    position = torch.arange(n, dtype=flat.dtype).expand(b, n)
+    total = torch.zeros_like(flat).scatter_add_(1, group, position)
+    count = torch.zeros_like(flat).scatter_add_(1, group, torch.ones_like(flat))
+    mean = (total / count.clamp_min(1)).gather(1, group)
+    return torch.empty_like(flat).scatter_(1, order, mean)
 
-    ra, rb = ranks(a), ranks(b)
+
+def rank_correlation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Spearman's rank correlation of each pair of maps (B, ...) -> (B,), ties at their mean
+    rank; 0 where a map is constant."""
+    ra, rb = average_ranks(a), average_ranks(b)
     ra, rb = ra - ra.mean(1, keepdim=True), rb - rb.mean(1, keepdim=True)
     return (ra * rb).sum(1) / (ra.norm(dim=1) * rb.norm(dim=1)).clamp_min(1e-12)
 

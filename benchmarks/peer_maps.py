@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from vitkit.checkpoints import CheckpointError, export
+from vitkit.checkpoints import export, formats
 
 LXT_SCRIPT = Path(__file__).resolve().parents[1] / "tests" / "lxt_reference.py"
 CAMS = ("GradCAM", "GradCAMPlusPlus", "XGradCAM", "LayerCAM", "EigenCAM")
@@ -57,11 +57,10 @@ def to_grid(pixels: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
 def applies(name: str, model) -> str | None:
     cfg = model.cfg
     if name == "lxt-attnlrp":
-        with tempfile.TemporaryDirectory() as tmp:
-            try:
-                export(model, Path(tmp) / "hf", to="hf")
-            except CheckpointError as e:
-                return f"LXT explains Hugging Face's ViT, and {e}"
+        problems = formats.get("hf").refusals(cfg)  # what export(to="hf") would refuse
+        if problems:
+            return ("LXT explains Hugging Face's ViT, which cannot hold this model: it "
+                    + "; ".join(problems))
     if name == "chefer-official":
         if CHEFER_REPO is None:
             return "no clone of hila-chefer/Transformer-Explainability given (--chefer-repo)"

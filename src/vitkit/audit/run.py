@@ -124,7 +124,6 @@ def _cluster_and_flag(model, split, transform, result: Audit, max_clusters: int,
     grid = tuple(maps.shape[-2:])
     for r in result.rows:
         r["cluster"], r["suspicion"] = -1, 0.0
-    regions: dict[int, list[torch.Tensor]] = {}
     for c, idx in sorted(by_class.items()):
         found = cluster(maps[idx], max_clusters=max_clusters, seed=seed)
         means = []
@@ -138,9 +137,7 @@ def _cluster_and_flag(model, split, transform, result: Audit, max_clusters: int,
                                     "mean_map": mean.tolist(), "members": members})
         others = [m for d, m in class_means.items() if d != c]
         elsewhere = torch.stack(others).mean(0) if others else torch.full(grid, 1 / maps[0].numel())
-        for flag in fixed_region_flags(c, means, elsewhere):
-            result.flags.append(flag)
-            regions.setdefault(c, []).append(flag.region)
+        result.flags += fixed_region_flags(c, means, elsewhere)
         border = border_mask(grid)
         on_border = (class_means[c] * border).sum().item()
         if on_border >= BORDER_SHARE and on_border >= 2 * border.float().mean().item():

@@ -63,9 +63,14 @@ def test_spray_separates_two_strategies_and_keeps_one_together():
 def test_the_audit_ranks_the_marked_images_first_and_confirms_the_mark(marked_audit):
     split, result = marked_audit
     confirmed = [f for f in result.flags if f.confirmed]
-    assert [(f.kind, f.cls) for f in confirmed] == [("fixed-region", 3)], [
+    # the mark: a fixed region, and (it sits outside the digit's box) relevance outside the box
+    assert {(f.kind, f.cls) for f in confirmed} == {("fixed-region", 3), ("outside-box", 3)}, [
         f.to_dict() for f in result.flags]
-    flag = confirmed[0]
+    outside = next(f for f in confirmed if f.kind == "outside-box")
+    own, control = outside.effect["context_removed"], outside.effect["control"]
+    assert own["confidence_before"] - own["confidence_after"] > 0.1 + (
+        control["confidence_before"] - control["confidence_after"])
+    flag = next(f for f in confirmed if f.kind == "fixed-region")
     # the flagged region covers the mark's patches
     x0, y0, x1, y1 = mark_box(32, 32)
     assert flag.region[y0 // 4:(y1 - 1) // 4 + 1, x0 // 4:(x1 - 1) // 4 + 1].any()
@@ -108,3 +113,13 @@ def test_an_unreadable_image_is_a_row_with_its_error(tmp_path):
     result = audit(model, Split(images, base.labels[:6], base.classes), batch_size=4)
     assert "missing.png" in result.rows[5]["error"] and np.isnan(result.maps[5]).all()
     assert all(not r["error"] and r["confidence"] > 0 for r in result.rows[:5])
+
+
+def test_outside_box_flags_a_class_that_looks_outside_and_leaves_a_healthy_one():
+    from vitkit.audit.flags import box_pixels, outside_box_flag
+
+    assert outside_box_flag(1, np.array([0.7, 0.8, 0.3, 0.9])) is None  # one image of four
+    flag = outside_box_flag(3, np.array([0.2, 0.3, 0.35, 0.8]))
+    assert flag.kind == "outside-box" and flag.cls == 3 and "75%" in flag.evidence
+    px = box_pixels(torch.tensor([[1, 2, 3, 5]]), (6, 6))[0, 0]
+    assert px.sum().item() == 2 * 3 and px[2:5, 1:3].all()

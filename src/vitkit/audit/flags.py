@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from vitkit.explain.trust import noisy_linear_fill
@@ -24,7 +25,8 @@ ELSEWHERE_MAX = 0.25  # the other clusters' share in the region, at most
 CONFIDENCE_DROP = 0.1  # confirmed: the class's mean confidence falls at least this much...
 ACCURACY_DROP = 0.05  # ... or its accuracy this much ...
 MOVED = 0.1  # ... and pasting the region moves this share of other images to the class
-SAME_PIXELS = 0.3  # a fixed thing: the cluster's pixels in the region stay this close to their
+MIN_CLUSTER = 12  # a cluster smaller than this is too few images to flag (SpRAy's minimum)
+SAME_PIXELS = 0.15  # a fixed thing: the cluster's pixels in the region stay this close to their
 # median pattern (median deviation / the pattern's own contrast); a moving object's do not
 
 
@@ -61,13 +63,16 @@ class Flag:
         return out
 
 
-def fixed_region_flags(cls: int, cluster_maps: list[torch.Tensor],
-                       elsewhere: torch.Tensor) -> list[Flag]:
-    """The clusters of class ``cls`` (their mean shares, each (gh, gw)) whose relevance sits on a
-    small region that the other classes (``elsewhere``, their mean shares) leave alone. Clusters
-    that share a region (it holds half of each) are one flag, named by the largest."""
+def fixed_region_flags(cls: int, cluster_maps: list[torch.Tensor], elsewhere: torch.Tensor,
+                       sizes: list[int] | None = None) -> list[Flag]:
+    """The clusters of class ``cls`` (their mean shares, each (gh, gw); ``sizes`` their image
+    counts, below ``MIN_CLUSTER`` not flagged) whose relevance sits on a small region that the
+    other classes (``elsewhere``, their mean shares) leave alone. Clusters that share a region
+    (it holds half of each) are one flag, named by the largest."""
     flags: list[Flag] = []
     for k, mean in enumerate(cluster_maps):
+        if sizes is not None and sizes[k] < MIN_CLUSTER:
+            continue
         r = region(mean)
         size = r.float().mean().item()
         if size > SMALL_REGION:
@@ -146,3 +151,72 @@ def confirm_region(model, cls: int, class_images: torch.Tensor, class_labels: to
                          or r["accuracy_before"] - r["accuracy_after"] >= ACCURACY_DROP))
     enough = bool(a and a["to_class_after"] - a["to_class_before"] >= MOVED)
     return needed and enough, effect
+
+
+OUTSIDE = 0.4  # an image looks outside its box when less than this share of its map is inside
+OUTSIDE_SHARE = 0.5  # a class is flagged when this share of its images looks outside
+
+
+def outside_box_flag(cls: int, in_box: np.ndarray) -> Flag | None:
+    """A flag for class ``cls`` when at least ``OUTSIDE_SHARE`` of its images (``in_box``, the
+    share of each image's relevance inside its object's box) put most relevance outside."""
+    outside = float((in_box < OUTSIDE).mean()) if len(in_box) else 0.0
+    if outside < OUTSIDE_SHARE:
+        return None
+    return Flag(
+        "outside-box", cls,
+        evidence=(f"{outside:.0%} of the images predicted as class {cls} put more than "
+                  f"{1 - OUTSIDE:.0%} of their relevance outside the object's box (median share "
+                  f"inside {float(np.median(in_box)):.0%})"),
+        fix=(f"the model may use the background or the context of class {cls}: vary the "
+             "backgrounds across classes, or crop to the object, then retrain"),
+        effect={"outside_share": outside, "median_in_box": float(np.median(in_box))})
+
+
+def box_pixels(boxes: torch.Tensor, img_size: tuple[int, int]) -> torch.Tensor:
+    """(n, 4) pixel boxes (x0, y0, x1, y1) -> bool (n, 1, H, W), True inside each box."""
+    h, w = img_size
+    ys = torch.arange(h)[None, :, None]
+    xs = torch.arange(w)[None, None, :]
+    b = boxes.long()
+    inside = ((xs >= b[:, 0, None, None]) & (xs < b[:, 2, None, None])
+              & (ys >= b[:, 1, None, None]) & (ys < b[:, 3, None, None]))
+    return inside[:, None]
+
+
+@torch.no_grad()
+def confirm_outside_box(model, cls: int, class_images: torch.Tensor, class_labels: torch.Tensor,
+                        class_boxes: torch.Tensor, other_images: torch.Tensor,
+                        other_labels: torch.Tensor, other_boxes: torch.Tensor,
+                        batch_size: int = 128) -> tuple[bool, dict]:
+    """Fill everything outside each image's box (ROAD's imputation) on the class's images and,
+    as the control, on the other classes' images (whose maps sit in their boxes); confirmed when
+    the class loses ``CONFIDENCE_DROP`` more confidence in its label, or ``ACCURACY_DROP`` more
+    accuracy, than the others do: the context carried the class."""
+
+    def measure(x, labels, boxes):
+        if not len(x):
+            return None
+        size = tuple(x.shape[-2:])
+        filled = noisy_linear_fill(x, ~box_pixels(boxes, size))
+        out = {}
+        for name, imgs in (("before", x), ("after", filled)):
+            p = torch.cat([model(imgs[i:i + batch_size]).softmax(-1)
+                           for i in range(0, len(imgs), batch_size)])
+            out[f"confidence_{name}"] = p.gather(1, labels[:, None].long()).mean().item()
+            out[f"accuracy_{name}"] = (p.argmax(-1) == labels).float().mean().item()
+        out["images"] = len(x)
+        return out
+
+    own = measure(class_images, class_labels, class_boxes)
+    rest = measure(other_images, other_labels, other_boxes)
+    effect = {"context_removed": own, "control": rest}
+    if own is None or rest is None:
+        return False, effect
+
+    def drop(m, key):
+        return m[f"{key}_before"] - m[f"{key}_after"]
+
+    confirmed = (drop(own, "confidence") - drop(rest, "confidence") >= CONFIDENCE_DROP
+                 or drop(own, "accuracy") - drop(rest, "accuracy") >= ACCURACY_DROP)
+    return bool(confirmed), effect

@@ -11,7 +11,7 @@ import importlib
 from types import ModuleType
 
 # The order is the order of ``vitkit --help``.
-COMMANDS = ("info", "list", "convert", "resize", "attention", "trust", "train", "eval",
+COMMANDS = ("info", "list", "convert", "resize", "attention", "trust", "audit", "train", "eval",
             "predict", "doctor", "explore", "demo", "study", "bench")
 
 

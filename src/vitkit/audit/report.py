@@ -1,0 +1,292 @@
+"""What an audit folder holds, written by rank 0 once the audit is finished:
+
+- ``audit.json``: the options, a summary, the confirmed findings and the hypotheses apart, every
+  cluster (size, mean map, region shares, typical members), and the images ranked by suspicion;
+- ``audit.csv``: one row per image (``path``, ``label``, ``prediction``, ``confidence``,
+  ``correct``, ``cluster``, ``suspicion``, the region shares, entropy, high-norm tokens, error);
+- ``maps.npz``: ``maps`` (n, gh, gw) float32 and ``index`` (n,);
+- ``images/NNNNNN.png``: the images the report and the explorer show (each cluster's typical
+  members and the most suspicious images);
+- ``audit.png``: each flag's mean map and typical images with their maps (no flag: the largest
+  clusters' mean maps);
+- ``report.html``: all of it in one self-contained page (pictures inlined).
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from vitkit.audit.regions import CORNERS, shares
+from vitkit.audit.run import Audit
+from vitkit.util.files import atomic_write
+from vitkit.viz import plot
+
+RANKED = 50  # the most suspicious images listed and saved
+THUMB = 256  # saved images are at most this many pixels a side
+COLUMNS = ("path", "label", "prediction", "confidence", "correct", "cluster", "suspicion",
+           "border", *CORNERS, "in_box", "entropy", "high_norm_tokens", "error", "index")
+
+
+def image_path(split, data: str, split_name: str, i: int) -> str:
+    """The image's file, or ``SPEC[split]#index`` for a built-in dataset."""
+    img = split.images[i] if hasattr(split.images, "__getitem__") else None
+    return str(img) if isinstance(img, (str, Path)) else f"{data}[{split_name}]#{i}"
+
+
+def ranked(result: Audit, count: int = RANKED) -> list[int]:
+    """The readable images with a suspicion above zero, most suspicious first."""
+    rows = [r for r in result.rows if not r["error"] and r["suspicion"] > 0]
+    rows.sort(key=lambda r: (-r["suspicion"], r["index"]))
+    return [r["index"] for r in rows[:count]]
+
+
+def _picture(split, i: int) -> np.ndarray | None:
+    try:
+        img = split[i][0].convert("RGB")
+    except (OSError, ValueError):
+        return None
+    img.thumbnail((THUMB, THUMB))
+    return np.asarray(img, dtype=np.float32) / 255
+
+
+def _summary(result: Audit) -> dict:
+    ok = [r for r in result.rows if not r["error"]]
+    labelled = [r for r in ok if r["correct"] is not None]
+    return {"images": len(result.rows), "readable": len(ok),
+            "unreadable": len(result.rows) - len(ok),
+            "accuracy": (sum(r["correct"] for r in labelled) / len(labelled)
+                         if labelled else None),
+            "findings": sum(bool(f.confirmed) for f in result.flags),
+            "hypotheses": sum(not f.confirmed for f in result.flags),
+            "clusters": len(result.clusters)}
+
+
+def _flag_title(f) -> str:
+    what = {"fixed-region": f"relies on a fixed region for class {f.cls}",
+            "outside-box": f"looks outside the object for class {f.cls}",
+            "border": f"looks at the border for class {f.cls}"}[f.kind]
+    return ("the model " if f.confirmed else "hypothesis: the model ") + what
+
+
+def _flag_images(result: Audit, f) -> list[int]:
+    if f.cluster is not None:
+        return next(c["typical"] for c in result.clusters
+                    if c["class"] == f.cls and c["cluster"] == f.cluster)
+    rows = [r for r in result.rows if not r["error"] and r["prediction"] == f.cls]
+    if f.kind == "outside-box":
+        rows.sort(key=lambda r: r["in_box"])
+    return [r["index"] for r in rows[:8]]
+
+
+def _mean_map(result: Audit, f) -> np.ndarray:
+    if f.cluster is not None:
+        return np.asarray(next(c["mean_map"] for c in result.clusters
+                               if c["class"] == f.cls and c["cluster"] == f.cluster))
+    idx = [r["index"] for r in result.rows if not r["error"] and r["prediction"] == f.cls]
+    return shares(torch.from_numpy(result.maps[idx])).mean(0).numpy()
+
+
+def _panel(result: Audit, split, title: str, mean: np.ndarray, members: list[int], boxes):
+    """One figure: the mean map with its colour bar, then up to 6 images with their maps."""
+    shown = [i for i in members[:6] if _picture(split, i) is not None]
+    fig, axes = plot.subplots(1, 1 + max(1, len(shown)), figsize=(2.2 * (1 + max(1, len(shown))),
+                                                                  2.6), squeeze=False)
+    axes = axes[0]
+    im = axes[0].imshow(mean, cmap="magma", vmin=0)
+    axes[0].set_title("mean map (share)", fontsize=8)
+    axes[0].set_xticks([])
+    axes[0].set_yticks([])
+    fig.colorbar(im, ax=axes[0], fraction=0.046, pad=0.04)
+    for ax, i in zip(axes[1:], shown, strict=False):
+        r = result.rows[i]
+        box = boxes[i] if boxes is not None else None
+        plot.overlay(ax, _picture(split, i), result.maps[i], box=box,
+                     title=f"#{i} pred {r['prediction']} ({r['confidence']:.2f})")
+    for ax in axes[1 + len(shown):]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return buf.getvalue()
+
+
+def _figures(result: Audit, split) -> list[tuple[str, bytes]]:
+    boxes = np.asarray(split.boxes) if getattr(split, "boxes", None) is not None else None
+    out = []
+    for f in sorted(result.flags, key=lambda f: (not f.confirmed, f.cls)):
+        out.append((_flag_title(f), _png(_panel(result, split, _flag_title(f),
+                                                _mean_map(result, f), _flag_images(result, f),
+                                                boxes))))
+    if not out:  # nothing flagged: the largest cluster of each class, so the reader sees why
+        for c in sorted(result.clusters, key=lambda c: -c["size"])[:4]:
+            title = f"no flag; class {c['class']}, cluster {c['cluster']} ({c['size']} images)"
+            out.append((title, _png(_panel(result, split, title, np.asarray(c["mean_map"]),
+                                           c["typical"], boxes))))
+    return out
+
+
+def _sheet(figures: list[tuple[str, bytes]]) -> Image.Image:
+    pictures = [Image.open(io.BytesIO(b)).convert("RGB") for _, b in figures[:4]]
+    width = max(p.width for p in pictures)
+    sheet = Image.new("RGB", (width, sum(p.height for p in pictures)), "white")
+    y = 0
+    for p in pictures:
+        sheet.paste(p, (0, y))
+        y += p.height
+    return sheet
+
+
+def _effect_text(f) -> str:
+    e = f.effect
+    parts = []
+    if "removed" in e:
+        r = e["removed"]
+        parts.append(f"region filled on {r['images']} images of class {f.cls}: confidence "
+                     f"{r['confidence_before']:.2f} -> {r['confidence_after']:.2f}, accuracy "
+                     f"{r['accuracy_before']:.2f} -> {r['accuracy_after']:.2f}")
+    if "added" in e:
+        a = e["added"]
+        parts.append(f"region pasted onto {a['images']} images of other classes: predicted "
+                     f"{f.cls} {a['to_class_before']:.0%} -> {a['to_class_after']:.0%}")
+    if "pixel_deviation" in e:
+        parts.append(f"pixels in the region differ from image to image by "
+                     f"{e['pixel_deviation']:.2f} of their contrast")
+    if e.get("context_removed"):
+        c, k = e["context_removed"], e["control"]
+        parts.append(f"outside of the box filled: confidence {c['confidence_before']:.2f} -> "
+                     f"{c['confidence_after']:.2f} on class {f.cls}, "
+                     f"{k['confidence_before']:.2f} -> {k['confidence_after']:.2f} on the "
+                     "other classes")
+    return "; ".join(parts) or "not masked"
+
+
+def _html(result: Audit, options: dict, summary: dict, figures, csv_rows, out: Path) -> str:
+    e = html.escape
+    explore = f"vitkit explore --audit {out}"
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>vitkit audit</title>"
+             "<style>body{font-family:sans-serif;max-width:1100px;margin:1em auto;padding:0 1em}"
+             "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;"
+             "padding:2px 6px}img{max-width:100%}.finding{border-left:4px solid #c00;"
+             "padding-left:.6em}.hypothesis{border-left:4px solid #aaa;padding-left:.6em}"
+             "code{background:#f4f4f4}</style></head><body>",
+             f"<h1>Audit of {e(options['checkpoint'])}</h1>",
+             f"<p>{summary['images']} images of <code>{e(options['data'])}</code> "
+             f"({e(options['split'])}), method <code>{e(result.method)}</code>: "
+             f"{summary['findings']} confirmed finding(s), {summary['hypotheses']} "
+             f"hypothesis(es), {summary['clusters']} clusters, {summary['unreadable']} "
+             "unreadable image(s)"
+             + (f", accuracy {summary['accuracy']:.3f}" if summary["accuracy"] is not None
+                else "") + ".</p>",
+             f"<p>Browse the clusters and ranked images: <code>{e(explore)}</code></p>"]
+    if not result.flags:
+        parts.append("<h2>No flag raised</h2><p>No cluster puts its relevance on a small fixed "
+                     "region, on the border, or outside the objects' boxes. The largest "
+                     "clusters are shown below.</p>")
+    by_title = dict(figures)
+    for f in sorted(result.flags, key=lambda f: (not f.confirmed, f.cls)):
+        kind = "finding" if f.confirmed else "hypothesis"
+        parts.append(f"<div class='{kind}'><h2>{e(_flag_title(f))}</h2>"
+                     f"<p><b>Evidence:</b> {e(f.evidence)}</p>"
+                     f"<p><b>Masking:</b> {e(_effect_text(f))} "
+                     f"({'confirmed' if f.confirmed else 'not confirmed'})</p>"
+                     f"<p><b>What to do:</b> {e(f.fix)}</p>")
+        png = by_title.get(_flag_title(f))
+        if png:
+            parts.append(f"<img alt='{e(_flag_title(f))}' src='data:image/png;base64,"
+                         f"{base64.b64encode(png).decode()}'>")
+        parts.append("</div>")
+    if not result.flags:
+        for title, png in figures:
+            parts.append(f"<h3>{e(title)}</h3><img alt='{e(title)}' src='data:image/png;base64,"
+                         f"{base64.b64encode(png).decode()}'>")
+    parts.append("<h2>Clusters</h2><table><tr><th>class</th><th>cluster</th><th>images</th>"
+                 "<th>peak share</th><th>typical images</th></tr>")
+    for c in result.clusters:
+        parts.append(f"<tr><td>{c['class']}</td><td>{c['cluster']}</td><td>{c['size']}</td>"
+                     f"<td>{np.max(c['mean_map']):.3f}</td>"
+                     f"<td>{', '.join(f'#{i}' for i in c['typical'])}</td></tr>")
+    parts.append("</table><h2>Most suspicious images</h2><table><tr>"
+                 + "".join(f"<th>{k}</th>" for k in ("path", "label", "prediction",
+                                                      "confidence", "cluster", "suspicion"))
+                 + "</tr>")
+    for row in csv_rows[:RANKED]:
+        if not row["suspicion"]:
+            break
+        parts.append("<tr>" + "".join(f"<td>{e(str(row[k]))}</td>" for k in (
+            "path", "label", "prediction", "confidence", "cluster", "suspicion")) + "</tr>")
+    parts.append("</table><p>Every image is in audit.csv (sort by suspicion); the maps are in "
+                 "maps.npz.</p></body></html>")
+    return "\n".join(parts)
+
+
+def _fmt(v):
+    return round(v, 5) if isinstance(v, float) else ("" if v is None else v)
+
+
+def write(result: Audit, split, out: str | Path, options: dict) -> list[Path]:
+    """Write the audit's files into ``out``; returns their paths."""
+    out = Path(out)
+    data, split_name = options["data"], options["split"]
+    summary = _summary(result)
+    top = ranked(result)
+    csv_rows = []
+    for r in sorted(result.rows, key=lambda r: (-r.get("suspicion", 0.0), r["index"])):
+        csv_rows.append({k: _fmt(r.get(k)) for k in COLUMNS}
+                        | {"path": image_path(split, data, split_name, r["index"])})
+    for name, value in (("cluster", -1), ("suspicion", 0.0)):
+        for row in csv_rows:
+            if row[name] == "":
+                row[name] = value
+
+    def write_csv(tmp: Path) -> None:
+        with open(tmp, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=COLUMNS)
+            w.writeheader()
+            w.writerows(csv_rows)
+
+    saved = []
+    for i in sorted({i for c in result.clusters for i in c["typical"]} | set(top)):
+        pic = _picture(split, i)
+        if pic is not None:
+            picture = Image.fromarray((pic * 255).round().astype(np.uint8))
+            atomic_write(out / "images" / f"{i:06d}.png",
+                         lambda tmp, p=picture: p.save(tmp, format="PNG"))
+            saved.append(i)
+    record = {"options": options, "method": result.method, "summary": summary,
+              "findings": [f.to_dict() for f in result.flags if f.confirmed],
+              "hypotheses": [f.to_dict() for f in result.flags if not f.confirmed],
+              "clusters": [{k: v for k, v in c.items() if k != "members"}
+                           | {"region_share": float(np.max(c["mean_map"]))}
+                           for c in result.clusters],
+              "ranked": top, "images": [f"images/{i:06d}.png" for i in saved],
+              "explore": f"vitkit explore --audit {out}"}
+    files = [atomic_write(out / "audit.json",
+                          lambda tmp: tmp.write_text(json.dumps(record, indent=1) + "\n")),
+             atomic_write(out / "audit.csv", write_csv)]
+
+    def save_maps(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, maps=result.maps,
+                                index=np.asarray([r["index"] for r in result.rows]))
+
+    files.append(atomic_write(out / "maps.npz", save_maps))
+    figures = _figures(result, split)
+    files.append(atomic_write(out / "audit.png",
+                              lambda tmp: _sheet(figures).save(tmp, format="PNG")))
+    files.append(atomic_write(out / "report.html", lambda tmp: tmp.write_text(
+        _html(result, options, summary, figures, csv_rows, out))))
+    return files

@@ -1,0 +1,76 @@
+"""``vitkit audit --checkpoint C --data SPEC_OR_FOLDER``: what a model relies on across a whole
+dataset, with flags confirmed by masking; resumable, and split over ranks under torchrun."""
+
+from __future__ import annotations
+
+import argparse
+
+from vitkit.audit import store
+from vitkit.audit.report import write
+from vitkit.audit.run import CONFIRM_IMAGES, DEFAULT_METHOD
+from vitkit.explain.methods import METHODS
+from vitkit.train.distributed import cleanup
+
+NAME = "audit"
+HELP = "what a model relies on across a dataset: SpRAy clusters, flags confirmed by masking"
+DESCRIPTION = ("Stream a dataset split (a data spec or a folder of images) through the model in "
+               "batches: every image's prediction, confidence and relevance map (--method, "
+               f"default {DEFAULT_METHOD}), where the relevance sits (border, corners, the "
+               "object's box), the map's entropy and high-norm tokens. Cluster each predicted "
+               "class's maps (SpRAy), flag a small fixed region, relevance outside the boxes "
+               "and relevance on the border, and confirm each flag by masking. Writes "
+               "audit.json, audit.csv (sort by suspicion), maps.npz, audit.png, report.html and "
+               "images/ to --out; an interrupted run resumes there. Under torchrun the ranks "
+               "split the data and rank 0 writes everything.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", required=True, help="a ViT classifier vitkit loads")
+    p.add_argument("--data", required=True,
+                   help="a data spec (e.g. cluttered-digits+mark:3) or a folder of images "
+                        "(class sub-folders give the labels)")
+    p.add_argument("--split", choices=["train", "val"], default="val",
+                   help="which split of a data spec, or of a folder with train/ and val/ "
+                        "(default val)")
+    p.add_argument("--method", choices=list(METHODS), default=DEFAULT_METHOD,
+                   help=f"the relevance method (default {DEFAULT_METHOD}, the most faithful "
+                        "measured)")
+    p.add_argument("--out", default="runs/audit", help="the audit folder (default runs/audit)")
+    p.add_argument("--limit", type=int, default=None,
+                   help="audit only the first N images of the split (default: all)")
+    p.add_argument("--batch-size", type=int, default=64, help="images per batch (default 64)")
+    p.add_argument("--shard-size", type=int, default=store.SHARD_SIZE,
+                   help=f"images per resumable shard (default {store.SHARD_SIZE})")
+    p.add_argument("--max-clusters", type=int, default=8,
+                   help="clusters per class at most (default 8; the eigengap chooses)")
+    p.add_argument("--confirm-images", type=int, default=CONFIRM_IMAGES,
+                   help=f"images masked per class to confirm a flag (default {CONFIRM_IMAGES})")
+    p.add_argument("--seed", type=int, default=0, help="for clustering and masking (default 0)")
+    p.add_argument("--data-root", default="data",
+                   help="where CIFAR, Fashion-MNIST and MNIST are (default data)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="where the maps are computed (default auto: CUDA when there is one)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        result = store.run(args.checkpoint, args.data, args.out, split=args.split,
+                           method=args.method, batch_size=args.batch_size,
+                           shard_size=args.shard_size, max_clusters=args.max_clusters,
+                           confirm_images=args.confirm_images, seed=args.seed,
+                           data_root=args.data_root, device=args.device,
+                           limit=args.limit)
+        if result is None:  # another rank: rank 0 writes the report
+            return 0
+        options = store.read_options(args.out)
+        files = write(result, result.split, args.out, options)
+    finally:
+        cleanup()
+    for f in result.flags:
+        state = "FINDING" if f.confirmed else "hypothesis"
+        print(f"{state}: {f.kind} class {f.cls}: {f.evidence}")
+    if not result.flags:
+        print("no flag raised")
+    print("wrote " + ", ".join(str(f) for f in files))
+    print(f"browse it: vitkit explore --audit {args.out}")
+    return 0

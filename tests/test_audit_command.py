@@ -1,0 +1,155 @@
+"""``vitkit audit`` as a user runs it: the folder it writes, resuming, bad input (exit 2), image
+folders with broken files, and two torchrun ranks equal to one process."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import vitkit
+from vitkit.audit.report import COLUMNS
+from vitkit.data.datasets import load_split
+
+DATA = Path(__file__).parent / "data" / "audit"
+CLEAN = str(DATA / "clean.safetensors")
+
+
+def cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "vitkit.cli", "audit", *args],
+                          capture_output=True, text=True, env=env)
+
+
+def maps(folder):
+    with np.load(Path(folder) / "maps.npz") as z:
+        return z["maps"], z["index"]
+
+
+def test_the_folder_holds_every_output_and_a_resume_redoes_only_what_is_missing(tmp_path):
+    out = tmp_path / "a"
+    args = ["--checkpoint", CLEAN, "--data", "cluttered-digits", "--limit", "300",
+            "--shard-size", "128", "--batch-size", "64", "--out", str(out)]
+    first = cli(*args)
+    assert first.returncode == 0, first.stderr
+    assert "images/s, ETA" in first.stderr and "300/300 images (100%)" in first.stderr
+    for name in ("audit.json", "audit.csv", "maps.npz", "audit.png", "report.html",
+                 "audit-options.json"):
+        assert (out / name).stat().st_size > 0, name
+    assert sorted(p.name for p in (out / "shards").iterdir()) == [
+        "00000.npz", "00001.npz", "00002.npz"]
+    rows = list(csv.DictReader((out / "audit.csv").open()))
+    assert tuple(rows[0]) == COLUMNS and len(rows) == 300
+    suspicion = [float(r["suspicion"]) for r in rows]
+    assert suspicion == sorted(suspicion, reverse=True)  # most suspicious first
+    assert rows[0]["path"].startswith("cluttered-digits[val]#")
+    record = json.loads((out / "audit.json").read_text())
+    assert record["summary"]["images"] == 300 and record["findings"] == []
+    assert all((out / p).is_file() for p in record["images"])
+    page = (out / "report.html").read_text()
+    assert f"vitkit explore --audit {out}" in page and "data:image/png;base64," in page
+    assert "src='http" not in page and 'src="http' not in page  # self-contained
+    before, index = maps(out)
+    assert before.shape == (300, 8, 8) and index.tolist() == list(range(300))
+
+    (out / "shards" / "00001.npz").unlink()  # as if interrupted during the second shard
+    (out / "audit.json").unlink()
+    again = cli(*args)
+    assert again.returncode == 0, again.stderr
+    assert "resuming, 172 of 300 images already scanned" in again.stderr
+    np.testing.assert_array_equal(maps(out)[0], before)
+    assert json.loads((out / "audit.json").read_text())["clusters"] == record["clusters"]
+
+    other = cli(*args[:-2], "--method", "chefer", "--out", str(out))
+    assert other.returncode == 2 and "Traceback" not in other.stderr
+    assert "other options" in other.stderr and "'cp-lrp' -> 'chefer'" in other.stderr
+
+
+def _pictures(folder: Path, count: int) -> None:
+    split = load_split("cluttered-digits", "val", 32)
+    folder.mkdir(parents=True)
+    for i in range(count):
+        split[i][0].save(folder / f"{i:03d}.png")
+
+
+def test_a_folder_without_classes_is_audited_and_a_broken_file_is_a_row(tmp_path):
+    _pictures(tmp_path / "imgs", 20)
+    (tmp_path / "imgs" / "broken.png").write_bytes(b"\x89PNG not really")
+    r = cli("--checkpoint", CLEAN, "--data", str(tmp_path / "imgs"), "--out",
+            str(tmp_path / "a"))
+    assert r.returncode == 0, r.stderr
+    rows = {Path(row["path"]).name: row for row in csv.DictReader(
+        (tmp_path / "a" / "audit.csv").open())}
+    assert len(rows) == 21 and "cannot read" in rows["broken.png"]["error"]
+    good = rows["000.png"]
+    assert good["error"] == "" and good["label"] == "-1" and good["correct"] == ""
+    assert 0 < float(good["confidence"]) <= 1 and good["in_box"] == ""  # no boxes in a folder
+
+
+@pytest.fixture(scope="module")
+def headless(tmp_path_factory):
+    path = tmp_path_factory.mktemp("headless") / "features.safetensors"
+    vitkit.save_model(vitkit.create_model("vit_nano_patch4_32", num_classes=0), path)
+    return str(path)
+
+
+@pytest.mark.parametrize(("case", "expected"), [
+    ("no-folder", "no such folder"),
+    ("empty-folder", "holds no image file"),
+    ("unreadable", "none of the 2 images"),
+    ("unknown-spec", "unknown dataset"),
+    ("method", "does not apply to this model"),
+    ("headless", "without a classification head"),
+    ("limit", "--limit must be 1 or more"),
+])
+def test_bad_input_is_one_message_and_exit_2(tmp_path, headless, case, expected):
+    data, checkpoint, extra = "cluttered-digits", CLEAN, []
+    if case == "no-folder":
+        data = str(tmp_path / "nowhere")
+    elif case == "empty-folder":
+        (tmp_path / "empty").mkdir()
+        (tmp_path / "empty" / "notes.txt").write_text("no pictures here")
+        data = str(tmp_path / "empty")
+    elif case == "unreadable":
+        (tmp_path / "bad").mkdir()
+        for name in ("a.png", "b.jpg"):
+            (tmp_path / "bad" / name).write_bytes(b"not an image")
+        data = str(tmp_path / "bad")
+    elif case == "unknown-spec":
+        data = "imagenet-21k"
+    elif case == "method":
+        extra = ["--method", "map"]
+    elif case == "headless":
+        checkpoint = headless
+    elif case == "limit":
+        extra = ["--limit", "0"]
+    r = cli("--checkpoint", checkpoint, "--data", data, "--out", str(tmp_path / "a"), *extra)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert expected in r.stderr and "Traceback" not in r.stderr
+
+
+def test_two_torchrun_ranks_equal_one_process(tmp_path):
+    common = ["--checkpoint", CLEAN, "--data", "cluttered-digits", "--limit", "320",
+              "--shard-size", "64", "--batch-size", "32"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    one = cli(*common, "--out", str(tmp_path / "one"), env=env)
+    assert one.returncode == 0, one.stderr
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                          "-m", "vitkit.cli", "audit", *common, "--out", str(tmp_path / "two")],
+                         capture_output=True, text=True, env=env)
+    assert two.returncode == 0, two.stderr
+    assert two.stdout.count("wrote ") == 1  # rank 0 writes, once
+    a, b = maps(tmp_path / "one")[0], maps(tmp_path / "two")[0]
+    torch.testing.assert_close(torch.from_numpy(a), torch.from_numpy(b), atol=1e-6, rtol=0)
+    ja = json.loads((tmp_path / "one" / "audit.json").read_text())
+    jb = json.loads((tmp_path / "two" / "audit.json").read_text())
+    for key in ("summary", "findings", "hypotheses", "ranked"):
+        assert ja[key] == jb[key], key
+    assert [(c["class"], c["size"], c["typical"]) for c in ja["clusters"]] == [
+        (c["class"], c["size"], c["typical"]) for c in jb["clusters"]]

@@ -51,7 +51,7 @@ def test_the_folder_holds_every_output_and_a_resume_redoes_only_what_is_missing(
     assert rows[0]["path"].startswith("cluttered-digits[val]#")
     record = json.loads((out / "audit.json").read_text())
     assert record["summary"]["images"] == 300 and record["findings"] == []
-    assert all((out / p).is_file() for p in record["images"])
+    assert all((out / p["file"]).is_file() for p in record["images"])
     page = (out / "report.html").read_text()
     assert f"vitkit explore --audit {out}" in page and "data:image/png;base64," in page
     assert "src='http" not in page and 'src="http' not in page  # self-contained
@@ -153,3 +153,71 @@ def test_two_torchrun_ranks_equal_one_process(tmp_path):
         assert ja[key] == jb[key], key
     assert [(c["class"], c["size"], c["typical"]) for c in ja["clusters"]] == [
         (c["class"], c["size"], c["typical"]) for c in jb["clusters"]]
+
+
+def _audit(tmp_path, checkpoint, data, split, limit):
+    from vitkit.audit import store
+    from vitkit.audit.report import write
+
+    out = tmp_path / "audit"
+    result = store.run(checkpoint, data, out, split=split, limit=limit, batch_size=128,
+                       say=lambda line: None)
+    write(result, result.split, out, store.read_options(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def marked(tmp_path_factory):
+    """An audit folder of the planted-shortcut model on 600 marked training images."""
+    return _audit(tmp_path_factory.mktemp("marked"), str(DATA / "marked.safetensors"),
+                  "cluttered-digits+mark:3", "train", 600)
+
+
+def test_the_doctor_reports_a_confirmed_shortcut_and_nothing_on_a_clean_model(tmp_path,
+                                                                               marked):
+    from vitkit.diagnose import diagnose, to_text
+
+    findings = diagnose(marked)
+    warned = [f for f in findings if f.level == "warning"]
+    assert any(f.check == "audit.fixed-region"
+               and "relies on a fixed region for class 3" in f.summary for f in warned), \
+        to_text(findings, str(marked))
+    assert all("class 3" in f.summary for f in warned)
+    assert "report.html" in warned[0].fix
+    clean = _audit(tmp_path / "c", CLEAN, "cluttered-digits", "val", 300)
+    assert [(f.check, f.level) for f in diagnose(clean)] == [("audit.shortcuts", "ok")]
+
+
+def test_the_doctor_says_an_unfinished_audit_is_unfinished(tmp_path):
+    from vitkit.diagnose import diagnose
+    from vitkit.errors import DataError
+
+    (tmp_path / "audit-options.json").write_text("{}")
+    with pytest.raises(DataError, match="unfinished audit"):
+        diagnose(tmp_path)
+
+
+def test_the_explorer_opens_an_audit_folder_flag_first(marked):
+    from fastapi.testclient import TestClient
+
+    from vitkit.web.app import create_app
+    from vitkit.web.samples import sample_table
+    from vitkit.web.session import Explorer
+
+    model = vitkit.load_model(DATA / "marked.safetensors", verbose=False)
+    app = create_app(Explorer(model), token="t", host="127.0.0.1", port=8765,
+                     samples=sample_table(audit=marked))
+    client = TestClient(app, base_url="http://127.0.0.1:8765", headers={"X-Vitkit-Token": "t"})
+    info = client.get("/api/model").json()
+    groups = list(dict.fromkeys(s["group"] for s in info["samples"]))
+    assert groups[0] == "audit finding: the model relies on a fixed region for class 3", groups
+    assert "audit: most suspicious images" in groups
+    assert any(g.startswith("audit: class 3, cluster 0") for g in groups)
+    first = info["samples"][0]
+    assert first["label"].startswith("#") and "predicted 3" in first["label"]
+    view = client.post("/api/sample", params={"id": first["id"]})
+    assert view.status_code == 200, view.text
+    assert view.json()["box"] is not None  # the digit's box travels with the audit's image
+    record = json.loads((marked / "audit.json").read_text())
+    index = int(first["label"][1:].split()[0])
+    assert index in record["findings"][0]["images"]

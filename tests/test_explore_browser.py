@@ -244,3 +244,39 @@ def test_the_page_without_the_token_says_what_to_do(page_at):
     page, _, url = page_at
     response = page.goto(f"{url}/")
     assert response.status == 403 and "?token=" in page.inner_text("body")
+
+
+def test_an_audit_folder_is_browsed_from_its_flags(tmp_path):
+    """`vitkit explore --audit`: the audit's flag, ranking and clusters head the sample list;
+    picking the flag's first image draws it with its prediction."""
+    import vitkit
+    from vitkit.audit import store
+    from vitkit.audit.report import write
+
+    checkpoint = Path(__file__).parent / "data" / "audit" / "marked.safetensors"
+    out = tmp_path / "audit"
+    result = store.run(checkpoint, "cluttered-digits+mark:3", out, split="train", limit=600,
+                       batch_size=128, say=lambda line: None)
+    write(result, result.split, out, store.read_options(out))
+    explorer = Explorer(vitkit.load_model(checkpoint, verbose=False))
+    with serve(explorer, audit=out) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        problems = []
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        page.goto(f"{url}/?token={TOKEN}")
+        until(page, "document.body.dataset.ready === '1'")
+        groups = page.evaluate("[...document.querySelectorAll('#samples optgroup')]"
+                               ".map(g => g.label)")
+        assert groups[0] == "audit finding: the model relies on a fixed region for class 3"
+        assert "audit: most suspicious images" in groups
+        blank = pixels(page, "main")
+        first = page.evaluate("document.querySelector('#samples optgroup option').value")
+        page.select_option("#samples", first)
+        until(page, "document.querySelectorAll('#top5 li').length === 5")
+        idle(page)
+        assert pixels(page, "main") != blank
+        top = page.evaluate("document.querySelector('#top5 li').textContent")
+        assert top.strip().startswith("3"), top  # the marked image is predicted a 3
+        browser.close()
+    assert problems == []

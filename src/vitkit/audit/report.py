@@ -258,21 +258,32 @@ def write(result: Audit, split, out: str | Path, options: dict) -> list[Path]:
             w.writeheader()
             w.writerows(csv_rows)
 
+    flag_images = [_flag_images(result, f) for f in result.flags]
     saved = []
-    for i in sorted({i for c in result.clusters for i in c["typical"]} | set(top)):
+    for i in sorted({i for c in result.clusters for i in c["typical"]} | set(top)
+                    | {i for images in flag_images for i in images}):
         pic = _picture(split, i)
         if pic is not None:
             picture = Image.fromarray((pic * 255).round().astype(np.uint8))
             atomic_write(out / "images" / f"{i:06d}.png",
                          lambda tmp, p=picture: p.save(tmp, format="PNG"))
             saved.append(i)
+    boxes = np.asarray(split.boxes) if getattr(split, "boxes", None) is not None else None
+    flags = [f.to_dict() | {"title": _flag_title(f), "images": images}
+             for f, images in zip(result.flags, flag_images, strict=True)]
     record = {"options": options, "method": result.method, "summary": summary,
-              "findings": [f.to_dict() for f in result.flags if f.confirmed],
-              "hypotheses": [f.to_dict() for f in result.flags if not f.confirmed],
+              "findings": [d for d in flags if d["confirmed"]],
+              "hypotheses": [d for d in flags if not d["confirmed"]],
               "clusters": [{k: v for k, v in c.items() if k != "members"}
                            | {"region_share": float(np.max(c["mean_map"]))}
                            for c in result.clusters],
-              "ranked": top, "images": [f"images/{i:06d}.png" for i in saved],
+              "ranked": top,
+              "images": [{"index": i, "file": f"images/{i:06d}.png",
+                          "path": image_path(split, data, split_name, i),
+                          "box": None if boxes is None else [int(v) for v in boxes[i]],
+                          **{k: result.rows[i].get(k) for k in (
+                              "label", "prediction", "confidence", "cluster", "suspicion")}}
+                         for i in saved],
               "explore": f"vitkit explore --audit {out}"}
     files = [atomic_write(out / "audit.json",
                           lambda tmp: tmp.write_text(json.dumps(record, indent=1) + "\n")),

@@ -20,7 +20,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -97,9 +97,25 @@ def audit_data(data: str, split: str, img_size: int, root: str = "data") -> Spli
     return load_split(data, split, img_size, root=root)
 
 
+class _Head(Sequence):
+    """The first ``count`` items of a sequence, read from it when indexed."""
+
+    def __init__(self, items: Sequence, count: int) -> None:
+        self.items, self.count = items, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, i: int):
+        if not -self.count <= i < self.count:
+            raise IndexError(i)
+        return self.items[i % self.count]
+
+
 def _first(split: Split, count: int) -> Split:
+    """The first ``count`` images of ``split`` (``--limit``)."""
     boxes = None if split.boxes is None else np.asarray(split.boxes)[:count]
-    return type(split)(split.images[:count], split.labels[:count], split.classes,
+    return type(split)(_Head(split.images, count), split.labels[:count], split.classes,
                        boxes=boxes, marked=[i for i in split.marked if i < count])
 
 

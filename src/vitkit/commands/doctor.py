@@ -8,17 +8,19 @@ from vitkit.commands.options import size
 from vitkit.diagnose import diagnose, to_json, to_text, worst
 
 NAME = "doctor"
-HELP = "diagnose a run, a checkpoint or attention maps (the three classic ViT failures)"
+HELP = ("diagnose a run, a checkpoint, attention maps or an audit (the three classic ViT "
+        "failures, and shortcuts)")
 DESCRIPTION = ("Checks a run folder (small data, recipe, not learning, overfitting, spikes), a "
                "checkpoint (never trained or partly loaded, a re-initialised position table, a "
                "table that does not fit --img-size) or a maps file (averaged heads, last layer "
-               "only, uniform rows, sinks). Each finding: level, numbers, why, and the fix. "
+               "only, uniform rows, sinks) or an audit folder of `vitkit audit` (its confirmed "
+               "shortcuts). Each finding: level, numbers, why, and the fix. "
                "Exit code 1 when an error was found.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", help="a run folder, a checkpoint file or folder, or a .npy/.npz "
-                                  "of maps (layers, heads, T, T)")
+    p.add_argument("target", help="a run folder, a checkpoint file or folder, a .npy/.npz of "
+                                  "maps (layers, heads, T, T), or an audit folder")
     p.add_argument("--img-size", type=size, default=None,
                    help="the input size the checkpoint will see, e.g. 384 (checks the table)")
     p.add_argument("--image", default=None,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from vitkit.checkpoints import load_model
 from vitkit.errors import VitkitError
-from vitkit.web.samples import sample_table
+from vitkit.web.samples import read_audit, sample_table
 from vitkit.web.session import Explorer
 
 for _module in ("fastapi", "uvicorn", "multipart"):  # the web extra; cheap to check, slow to import
@@ -37,6 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "serves every interface, protected by the token alone)")
     p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: any free)")
     p.add_argument("--images", default=None, help="a folder of images offered as samples")
+    p.add_argument("--audit", default=None,
+                   help="an audit folder (vitkit audit --out): its flags, ranked images and "
+                        "clusters as samples; its checkpoint unless --checkpoint is given")
     p.add_argument("--max-upload-mb", type=float, default=20,
                    help="largest request body accepted, in MB (default 20)")
     p.add_argument("--max-megapixels", type=float, default=40,
@@ -75,6 +78,8 @@ def run(args: argparse.Namespace) -> None:
     from vitkit.web.app import create_app  # FastAPI: imported only when the page is served
 
     checkpoint = args.checkpoint
+    if checkpoint is None and args.audit is not None:
+        checkpoint = read_audit(args.audit)["options"]["checkpoint"]
     if checkpoint is None:
         if not DEMO_CHECKPOINT.exists():
             raise VitkitError(f"no --checkpoint given and no demo model at {DEMO_CHECKPOINT}: "
@@ -92,7 +97,7 @@ def run(args: argparse.Namespace) -> None:
     model = load_model(checkpoint, verbose=False)
     explorer = Explorer(model, cache_mb=args.cache_mb,
                         max_pixels=int(args.max_megapixels * 1e6), name=Path(checkpoint).name)
-    samples = sample_table(args.images)
+    samples = sample_table(args.images, args.audit)
     sock = bind(args.host, args.port)
     port = sock.getsockname()[1]
     token = secrets.token_urlsafe(24)

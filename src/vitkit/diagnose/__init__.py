@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vitkit.diagnose import foreign
+from vitkit.diagnose import audits, foreign
 from vitkit.diagnose import runs as run_checks
 from vitkit.diagnose import weights as weight_checks
 from vitkit.diagnose.findings import Finding, to_json, to_text, worst
@@ -66,6 +66,7 @@ RULES: tuple[Rule, ...] = (
     Rule("maps.sinks", "maps", "maps:check_sinks"),
     Rule("maps.distance", "computed", "maps:check_distance"),
     Rule("maps.artifacts", "norms", "maps:check_artifacts"),
+    Rule("audit.shortcuts", "audit", "audits:check_shortcuts"),
 )
 
 
@@ -98,7 +99,8 @@ def diagnose(target: str | os.PathLike, img_size=None, image: str | os.PathLike 
              data: str | None = None) -> list[Finding]:
     """Every check that applies to ``target``.
 
-    ``target``: a run folder of ``vitkit train`` (``config.yaml``, ``metrics.csv``,
+    ``target``: an audit folder of ``vitkit audit`` (its confirmed flags), a run folder of
+    ``vitkit train`` (``config.yaml``, ``metrics.csv``,
     ``train.log``; its ``last.safetensors`` is checked too), of timm's ``train.py``
     (``args.yaml``, ``summary.csv``) or of a Hugging Face Trainer (``trainer_state.json``; its
     saved model too), a checkpoint, or a maps file (``.npy``/``.npz``).
@@ -109,6 +111,8 @@ def diagnose(target: str | os.PathLike, img_size=None, image: str | os.PathLike 
     path = Path(target)
     if not path.exists():
         raise DataError(f"no such run folder, checkpoint or maps file: {path}")
+    if audits.is_audit(path):
+        return _apply("audit", audits.read_audit(path), {})
     findings: list[Finding] = []
     checkpoint = None
     kind = foreign.kind(path) if path.is_dir() else None

@@ -197,8 +197,8 @@ def test_imports_inside_functions_are_only_for_optional_dependencies():
 
 
 def test_the_doctor_starts_without_torch(tmp_path):
-    """What DEFERRED buys: `vitkit doctor` on a run folder or a vitkit .safetensors never
-    imports torch (checked in a fresh interpreter)."""
+    """What DEFERRED buys: `vitkit doctor` on a run folder, a vitkit .safetensors or an audit
+    folder never imports torch (checked in a fresh interpreter)."""
     import subprocess
     import sys
 
@@ -207,7 +207,8 @@ def test_the_doctor_starts_without_torch(tmp_path):
     run = ROOT / "tests" / "data" / "doctor" / "short"
     model = tmp_path / "m.safetensors"
     vitkit.save_model(vitkit.create_model("vit_nano_patch4_32"), model)
-    for target in (run, model):
+    audit = ROOT / "examples" / "audit-shortcut" / "marked"
+    for target in (run, model, audit):
         code = (f"import sys; from vitkit.cli import main; code = main(['doctor', "
                 f"{str(target)!r}]); sys.exit(3 if 'torch' in sys.modules else code)")
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -186,6 +186,14 @@ def test_the_doctor_reports_a_confirmed_shortcut_and_nothing_on_a_clean_model(tm
     assert "report.html" in warned[0].fix
     clean = _audit(tmp_path / "c", CLEAN, "cluttered-digits", "val", 300)
     assert [(f.check, f.level) for f in diagnose(clean)] == [("audit.shortcuts", "ok")]
+    # the committed example's clean model: patterns in the maps that masking refuted are no alarm
+    example = Path(__file__).parents[1] / "examples" / "audit-shortcut" / "clean"
+    tmp = tmp_path / "example"
+    tmp.mkdir()
+    (tmp / "audit.json").write_text((example / "audit.json").read_text())
+    ok = diagnose(tmp)
+    assert [(f.check, f.level) for f in ok] == [("audit.shortcuts", "ok")]
+    assert "7 pattern(s) in the maps were tested by masking and not confirmed" in ok[0].summary
 
 
 def test_the_doctor_says_an_unfinished_audit_is_unfinished(tmp_path):

@@ -104,3 +104,50 @@ def test_readout_attention_of_hugging_face_style_maps():
     maps = [torch.rand(1, 2, 17, 17).softmax(-1) for _ in range(2)]  # 1 [CLS] + 4x4, inferred
     got = explain.readout_attention(maps)
     torch.testing.assert_close(got[0, 1, 0], maps[1][0, 0, 0, 1:].reshape(4, 4))
+
+
+def test_attribution_patching_is_the_first_order_of_the_ablation(model):
+    """Scaling a head's output by (1 - eps) changes the score by eps x the estimate, to first
+    order: the estimate is the derivative of the ablation, for every readout."""
+    from vitkit.explain.causal import head_importance_estimate
+
+    m = copy.deepcopy(model).double()
+    x = torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    est, target = head_importance_estimate(m, x, measure="logit")
+    layer, head, eps = len(m.blocks) - 2, 1, 1e-6
+    d = m.cfg.embed_dim // m.cfg.num_heads
+    scale = torch.ones(m.cfg.embed_dim, dtype=torch.float64)
+    scale[head * d:(head + 1) * d] = 1 - eps
+    with torch.no_grad():
+        base = m(x).gather(1, target[:, None])[:, 0]
+        handle = m.blocks[layer].attn.proj.register_forward_pre_hook(
+            lambda mod, args: (args[0] * scale,))
+        try:
+            moved = m(x).gather(1, target[:, None])[:, 0]
+        finally:
+            handle.remove()
+    torch.testing.assert_close((base - moved) / eps, est[:, layer, head], rtol=1e-4, atol=1e-6)
+
+
+def test_attribution_patching_ranks_heads_as_the_ablation_does_on_trained_models():
+    """On the trained nano ViTs of the audit tests, the linear estimate orders each image's
+    heads as the exact ablation does (Spearman, median over 8 images, at least 0.75)."""
+    from pathlib import Path
+
+    from scipy.stats import spearmanr
+
+    import vitkit
+    from vitkit.audit.run import transform_for
+    from vitkit.data.datasets import load_split
+    from vitkit.explain.causal import head_importance, head_importance_estimate
+
+    split = load_split("cluttered-digits", "val", 32)
+    for name in ("clean", "marked"):
+        m = vitkit.load_model(Path(__file__).parent / "data" / "audit" / f"{name}.safetensors",
+                              verbose=False)
+        t = transform_for(m)
+        x = torch.stack([t(split[i][0]) for i in range(8)])
+        exact, _ = head_importance(m, x)
+        estimate, _ = head_importance_estimate(m, x)
+        rho = [spearmanr(exact[i].flatten(), estimate[i].flatten()).statistic for i in range(8)]
+        assert sorted(rho)[4] >= 0.75, (name, rho)

@@ -126,8 +126,14 @@ def test_token_rows_methods_stats_and_causal_match_the_library(client, explorer)
                                rtol=1e-5)
 
     c = client.get("/api/causal", params=dict(image=image, target=3, measure="prob")).json()
+    estimate, _ = causal.head_importance_estimate(explorer.model, x, 3, "prob")
+    assert c["importance_kind"] == "estimate"  # shown at once, labelled as the linear estimate
+    np.testing.assert_allclose(decode(c["importance"]), estimate[0], rtol=1e-4, atol=1e-6)
+    exact = client.get("/api/causal", params=dict(image=image, target=3, measure="prob",
+                                                  exact=1)).json()
     drops, _ = causal.head_importance(explorer.model, x, 3, "prob")
-    np.testing.assert_allclose(decode(c["importance"]), drops[0], rtol=1e-4, atol=1e-6)
+    assert exact["importance_kind"] == "exact"
+    np.testing.assert_allclose(decode(exact["importance"]), drops[0], rtol=1e-4, atol=1e-6)
     lens = causal.logit_lens(explorer.model, x)[:, 0].softmax(-1)
     np.testing.assert_allclose(c["lens_prob"], lens[:, 3], rtol=1e-5)
     assert c["lens_top"] == lens.argmax(-1).tolist()
@@ -250,7 +256,16 @@ def test_formats_beyond_the_named_ones_are_refused(client):
 
 def test_an_extreme_aspect_ratio_is_refused_before_the_resize(client):
     r = client.post("/api/image", content=png(10, size=(1, 40000)))  # 32 x 1.28 M: 41 MP
-    assert r.status_code == 400 and "aspect ratio is too extreme" in r.json()["error"]
+    assert r.status_code == 400 and "aspect ratio" in r.json()["error"]
+    r = client.post("/api/image", content=png(10, size=(1, 30000)))  # 32 x 0.96 M: 31 MP
+    assert r.status_code == 400 and "30000:1, more than 20:1" in r.json()["error"]
+    assert client.post("/api/image", content=png(10, size=(20, 200))).status_code == 200
+
+
+def test_every_error_is_json_with_an_error_key(client):
+    for r, status in ((client.get("/api/nowhere"), 404), (client.get("/api/image"), 405),
+                      (client.delete("/api/model"), 405)):
+        assert r.status_code == status and set(r.json()) == {"error"}, r.text
 
 
 def test_a_cache_smaller_than_one_image_grows_to_hold_it(vitkit_log):
@@ -369,7 +384,8 @@ def test_host_header_is_checked_against_the_bound_address(client):
 
 
 def test_posts_from_another_origin_are_refused(client):
-    for origin in ("http://evil.example", "null", "http://127.0.0.1:9999"):
+    for origin in ("http://evil.example", "null", "http://127.0.0.1:9999",
+                   BASE.replace("http://", "https://"), BASE.replace("http://", "ftp://")):
         r = client.post("/api/image", content=png(), headers={"Origin": origin})
         assert r.status_code == 403 and "another origin" in r.json()["error"]
     r = client.post("/api/image", content=png(), headers={"Origin": BASE})
@@ -422,3 +438,107 @@ def test_fifty_concurrent_requests_do_not_mix(explorer):
         np.testing.assert_allclose(decode(m["map"]),
                                    explain.explain_map(explorer.model, x, "chefer").map[0],
                                    rtol=1e-4, atol=1e-7)
+
+
+def wait_for(client, job_id, states=("done", "error", "cancelled"), timeout=60.0):
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        r = client.get("/api/job", params=dict(id=job_id)).json()
+        if r["state"] in states:
+            return r
+        time.sleep(0.02)
+    raise AssertionError(f"job {job_id} still {r['state']}")
+
+
+def test_jobs_start_report_progress_finish_and_equal_the_direct_answer(client, explorer):
+    image = upload(client, png(7))["image"]
+    params = dict(image=image, method="rollout", steps=8)
+    job = client.post("/api/job", params=dict(kind="faithfulness", **params)).json()
+    assert job["state"] in ("queued", "running", "done") and job["id"].startswith("j")
+    done = wait_for(client, job["id"])
+    assert done["state"] == "done" and done["fraction"] == 1.0
+    direct_answer = client.get("/api/faithfulness", params=params).json()
+    assert done["result"] == direct_answer
+    job = client.post("/api/job", params=dict(kind="importance", image=image, target=2)).json()
+    exact = wait_for(client, job["id"])["result"]
+    x, _, _ = direct(explorer.model, png(7))
+    drops, _ = causal.head_importance(explorer.model, x, 2)
+    np.testing.assert_allclose(decode(exact["importance"]), drops[0], rtol=1e-4, atol=1e-6)
+
+
+def test_a_job_is_cancelled_and_a_newer_one_supersedes_it(explorer):
+    """Cancel takes effect at the job's next step; a newer job for the same panel cancels the
+    older; the progress callback carries the fraction and an ETA."""
+    import threading
+
+    gate, seen = threading.Event(), []
+
+    def slow(progress):
+        for i in range(1, 101):
+            gate.wait(5)
+            progress(i / 100)
+            seen.append(i)
+        return "finished"
+
+    jobs = explorer.jobs
+    first = jobs.submit("faithfulness", slow)
+    second = jobs.submit("faithfulness", lambda progress: "newest")  # supersedes the first
+    gate.set()
+    import time
+
+    end = time.monotonic() + 30
+    while second.state != "done" and time.monotonic() < end:
+        time.sleep(0.01)
+    assert first.state == "cancelled" and second.state == "done" and second.result == "newest"
+    assert len(seen) < 100
+
+    hold = threading.Event()
+    started = threading.Event()
+
+    def waiting(progress):
+        progress(0.25)
+        started.set()
+        hold.wait(10)
+        progress(0.5)  # raises: cancelled meanwhile
+        return "never"
+
+    job = jobs.submit("importance", waiting)
+    assert started.wait(10)
+    assert job.summary()["fraction"] == 0.25 and job.summary()["eta_s"] is not None
+    jobs.cancel(job.id)
+    hold.set()
+    end = time.monotonic() + 10
+    while job.state == "running" and time.monotonic() < end:
+        time.sleep(0.01)
+    assert job.state == "cancelled" and job.result is None
+
+
+def test_job_errors_and_bad_job_queries(client):
+    image = upload(client, png(8))["image"]
+    assert client.post("/api/job", params=dict(kind="lunch", image=image)).status_code == 400
+    r = client.get("/api/job", params=dict(id="j999"))
+    assert r.status_code == 400 and "no job 'j999'" in r.json()["error"]
+    job = client.post("/api/job", params=dict(kind="faithfulness", image=image,
+                                              method="nope")).json()
+    failed = wait_for(client, job["id"])
+    assert failed["state"] == "error" and "nope" in failed["error"]
+
+
+def test_a_constant_map_is_said_so_and_gets_no_faithfulness_score(client, explorer,
+                                                                  monkeypatch):
+    image = upload(client, png(9))["image"]
+    from vitkit.explain import methods as registry
+
+    zero = registry.METHODS["gradcam"]
+    monkeypatch.setitem(registry.METHODS, "gradcam", zero.__class__(
+        **{**zero.__dict__, "compute": lambda model, x, target, o, outputs: (
+            torch.zeros(len(x), *explorer.grid), model(x), torch.zeros(len(x), dtype=torch.long))}))
+    r = client.get("/api/method", params=dict(image=image, method="gradcam", target=1)).json()
+    assert r["constant"] is True and r["lo"] == r["hi"] == 0.0
+    assert "constant (0 on every patch)" in r["note"]
+    f = client.get("/api/faithfulness", params=dict(image=image, method="gradcam", target=1))
+    assert f.status_code == 400 and "no faithfulness score" in f.json()["error"]
+    ok = client.get("/api/method", params=dict(image=image, method="rollout")).json()
+    assert ok["constant"] is False and ok["lo"] < ok["hi"]

@@ -7,21 +7,27 @@ Content-Security-Policy, with no error in the console.
 ``VITKIT_REQUIRE_BROWSER=1``: there a missing Chromium or Playwright fails instead of skipping.
 """
 
+import base64
+import contextlib
 import hashlib
 import io
 import json
 import logging
+import math
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from conftest import small_vit
 from live import TOKEN, serve
 from PIL import Image
 
+from vitkit import explain
 from vitkit.web.session import Explorer
 
 CHROMIUM = "/usr/bin/chromium"
@@ -83,7 +89,10 @@ def until(page, expression: str, timeout: float = 60.0) -> None:
 
 
 def idle(page) -> None:
-    until(page, "document.getElementById('status').textContent === ''")
+    """Until the page is quiet: nothing in the status line and the view fully drawn."""
+    until(page, "document.getElementById('status').textContent === '' && "
+                "(!S.view || document.body.dataset.view === 'full') && "
+                "Object.keys(JOBS).length === 0")
 
 
 def pixels(page, canvas: str) -> str:
@@ -246,7 +255,7 @@ def test_the_page_without_the_token_says_what_to_do(page_at):
     assert response.status == 403 and "?token=" in page.inner_text("body")
 
 
-def test_an_audit_folder_is_browsed_from_its_flags(tmp_path):
+def test_an_audit_folder_is_browsed_from_its_flags(page_at, tmp_path):
     """`vitkit explore --audit`: the audit's flag, ranking and clusters head the sample list;
     picking the flag's first image draws it with its prediction."""
     import vitkit
@@ -259,8 +268,8 @@ def test_an_audit_folder_is_browsed_from_its_flags(tmp_path):
                        batch_size=128, say=lambda line: None)
     write(result, result.split, out, store.read_options(out))
     explorer = Explorer(vitkit.load_model(checkpoint, verbose=False))
-    with serve(explorer, audit=out) as url, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+    browser = page_at[0].context.browser  # one Playwright per process: the module's browser
+    with serve(explorer, audit=out) as url:
         page = browser.new_page(viewport={"width": 1400, "height": 1600})
         problems = []
         page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
@@ -278,5 +287,190 @@ def test_an_audit_folder_is_browsed_from_its_flags(tmp_path):
         assert pixels(page, "main") != blank
         top = page.evaluate("document.querySelector('#top5 li').textContent")
         assert top.strip().startswith("3"), top  # the marked image is predicted a 3
-        browser.close()
+        page.close()
     assert problems == []
+
+
+# ----------------------------------------------------------------- scale, jobs, settings
+def uniform_head_model():
+    """A small ViT whose layer 2, head 0 attends uniformly (its queries are zero)."""
+    m = small_vit(scale=0.3, num_classes=10)
+    d = m.cfg.embed_dim // m.cfg.num_heads
+    with torch.no_grad():
+        m.blocks[2].attn.qkv.weight[:d] = 0
+        m.blocks[2].attn.qkv.bias[:d] = 0
+    return m
+
+
+@contextlib.contextmanager
+def page_for(page_at, explorer, width=1400, **serve_options):
+    """A fresh page on a fresh server of ``explorer``, in the module's browser."""
+    browser = page_at[0].context.browser
+    with serve(explorer, **serve_options) as url:
+        page = browser.new_page(viewport={"width": width, "height": 1600}, accept_downloads=True)
+        problems = []
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        page.goto(f"{url}/?token={TOKEN}")
+        until(page, "document.body.dataset.ready === '1'")
+        try:
+            yield page, problems
+        finally:
+            page.close()
+
+
+def luminance(page, canvas: str) -> float:
+    data = page.evaluate(f"document.getElementById('{canvas}').toDataURL('image/png')")
+    img = Image.open(io.BytesIO(base64.b64decode(data.split(",", 1)[1]))).convert("L")
+    return float(np.asarray(img, dtype=np.float64).mean())
+
+
+def pick_digit(page) -> None:
+    digit = page.evaluate("S.model.samples.find(s => s.group.startsWith('cluttered')).id")
+    page.select_option("#samples", str(digit))
+    until(page, "S.view && S.view.box !== null")
+    idle(page)
+
+
+def test_every_map_has_a_scale_and_a_uniform_head_looks_uniform(page_at):
+    explorer = Explorer(uniform_head_model())
+    with page_for(page_at, explorer) as (page, problems):
+        pick_digit(page)
+        # the colour bar carries the shown map's real minimum and maximum
+        page.locator("#mosaic canvas[data-layer='1'][data-head='2']").click()
+        image = page.evaluate("S.view.image")
+        heads = explain.readout_attention(explorer.view(image).maps)[0]
+        lo, hi = page.evaluate("[Number(document.getElementById('main-scale').dataset.lo),"
+                               " Number(document.getElementById('main-scale').dataset.hi)]")
+        assert lo == pytest.approx(heads[1, 2].min().item(), rel=1e-5)
+        assert hi == pytest.approx(heads[1, 2].max().item(), rel=1e-5)
+        assert not page.is_hidden("#main-scale")
+        # the uniform head on its own scale: a constant map, said so, nothing drawn over it
+        page.locator("#mosaic canvas[data-layer='2'][data-head='0']").click()
+        assert "constant map" in page.text_content("#main-note")
+        own = luminance(page, "main")
+        # on the shared scale it is drawn at its value: near the bottom, so dark
+        page.select_option("#scale", "shared")
+        until(page, "document.getElementById('mosaic-caption').textContent.includes('one scale')")
+        shared = page.evaluate("[Number(document.getElementById('main-scale').dataset.lo),"
+                               " Number(document.getElementById('main-scale').dataset.hi)]")
+        assert shared[0] == pytest.approx(heads.min().item(), rel=1e-5)
+        assert shared[1] == pytest.approx(heads.max().item(), rel=1e-5)
+        assert "uniform" in page.text_content("#main-note")
+        assert luminance(page, "main") < 0.75 * own  # darkened by a dark overlay
+        # the tables: a fixed scale with the uniform value marked
+        assert "uniform rows" in page.text_content("#entropy-table .legend")
+        assert "uniform attention" in page.text_content("#distance-table .legend")
+        entropy_hi = page.evaluate("Number(document.querySelector('#entropy-table .legend')"
+                                   ".dataset.hi)")
+        assert entropy_hi == pytest.approx(math.log(65), rel=1e-5)
+        assert not problems, problems
+
+
+def test_a_click_is_answered_while_a_slow_job_runs_and_the_job_cancels(page_at, monkeypatch):
+    explorer = Explorer(model())
+    gate = threading.Event()
+
+    def slow_exact(view, target, measure="logit", progress=None):
+        for i in range(1, 201):  # about 20 s unless cancelled
+            gate.wait(0.1)
+            progress(i / 200)
+        return dict(target=0, measure=measure, importance=torch.zeros(3, 4),
+                    importance_kind="exact")
+
+    monkeypatch.setattr(explorer, "exact_importance", slow_exact)
+    with page_for(page_at, explorer) as (page, problems):
+        pick_digit(page)
+        page.click("#causal-run")
+        until(page, "!document.getElementById('causal-exact').disabled")
+        page.click("#causal-exact")
+        until(page, "!document.getElementById('causal-job').hidden && "
+                    "document.querySelector('#causal-job progress').value > 0")
+        assert "s left" in page.text_content("#causal-job .eta")
+        # a head click while the job holds the model: drawn at once
+        before = pixels(page, "main")
+        start = time.monotonic()
+        page.locator("#mosaic canvas[data-layer='0'][data-head='3']").click()
+        until(page, "S.layer === 0 && S.head === '3'", timeout=1.0)
+        assert pixels(page, "main") != before
+        # a [CLS] map of another layer, asked of the server, answered within a second too
+        answered = page.evaluate("""async () => { const t = performance.now();
+            await api('/api/method', { image: S.view.image, method: 'cls', layer: 1, head: 2 });
+            return performance.now() - t; }""")
+        assert answered < 1000 and time.monotonic() - start < 3
+        assert page.evaluate("JOBS.causal !== undefined")  # the job is still running
+        page.click("#causal-cancel")
+        until(page, "document.getElementById('causal-job').hidden")
+        assert "cancelled" in page.text_content("#status")
+        assert page.evaluate("document.getElementById('causal-job').dataset.state") == \
+            "cancelled"
+        assert not problems, problems
+
+
+def test_a_constant_map_is_noted_and_gets_no_score(page_at, monkeypatch):
+    from vitkit.explain import methods as registry
+
+    explorer = Explorer(model())
+    zero = registry.METHODS["gradcam"]
+    monkeypatch.setitem(registry.METHODS, "gradcam", zero.__class__(**{
+        **zero.__dict__, "compute": lambda m, x, target, o, outputs: (
+            torch.zeros(len(x), *explorer.grid), m(x), torch.zeros(len(x), dtype=torch.long))}))
+    with page_for(page_at, explorer) as (page, problems):
+        pick_digit(page)
+        assert "Constant map" in page.text_content("#method-gradcam figcaption")
+        page.click("#method-gradcam canvas")
+        assert "constant map" in page.text_content("#main-note")
+        page.select_option("#faith-method", "gradcam")
+        page.click("#faith-run")
+        until(page, "document.getElementById('faith-text').textContent.includes('no faithful"
+                    "ness score')", timeout=10)
+        assert not problems, problems
+
+
+def test_settings_are_checked_and_travel_with_an_uploaded_image(page_at, tmp_path):
+    m = model()
+    with page_for(page_at, Explorer(m)) as (page, problems):
+        pick_digit(page)
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps({"vitkit_explore": 1, "layer": 99, "head": "zzz"}))
+        page.set_input_files("#import-json", str(bad))
+        until(page, "document.getElementById('status').classList.contains('error')")
+        message = page.text_content("#status")
+        assert "layer 99 does not exist (0..2)" in message
+        assert 'head "zzz" does not exist' in message
+        # an uploaded image: the sample list is cleared, and its settings carry the picture
+        upload = tmp_path / "mine.png"
+        rng = np.random.default_rng(3)
+        Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(upload)
+        page.set_input_files("#file", str(upload))
+        until(page, "S.view && S.view.label === 'mine.png'")
+        idle(page)
+        assert page.evaluate("document.getElementById('samples').value") == ""
+        page.locator("#mosaic canvas[data-layer='1'][data-head='2']").click()
+        top = page.evaluate("S.view.top")
+        with page.expect_download() as saved:
+            page.click("#export-json")
+        settings = Path(saved.value.path()).read_text()
+        assert json.loads(settings)["picture"].startswith("data:image/png;base64,")
+    # a new server (another process, as far as the page knows): the settings still apply
+    with page_for(page_at, Explorer(m)) as (page, problems):
+        again = tmp_path / "again.json"
+        again.write_text(settings)
+        page.set_input_files("#import-json", str(again))
+        until(page, "S.view && S.layer === 1 && S.head === '2'")
+        idle(page)
+        assert [t["index"] for t in page.evaluate("S.view.top")] == [t["index"] for t in top]
+        assert not problems, problems
+
+
+def test_a_narrow_window_does_not_scroll_sideways_and_captions_name_a_class_once(page_at):
+    m = small_vit(scale=0.3, num_classes=10)  # no class names: "class 7", never "class class 7"
+    with page_for(page_at, Explorer(m), width=420) as (page, problems):
+        pick_digit(page)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 420
+        page.select_option("#target", "7")
+        until(page, "document.querySelector('#method-chefer figcaption').textContent"
+                    ".includes('(class 7)')")
+        page.click("#method-chefer canvas")
+        text = page.text_content("#overlay-title") + page.text_content("#methods")
+        assert "class class" not in text
+        assert not problems, problems

@@ -1,5 +1,6 @@
-"""An audit folder of ``vitkit audit`` read by the doctor: its confirmed flags are findings, its
-hypotheses one line that says they were not confirmed. Plain JSON: no torch."""
+"""An audit folder of ``vitkit audit`` read by the doctor: its confirmed flags are findings; a
+hypothesis that masking tested and did not confirm is no finding (the "ok" line counts them),
+one that masking cannot test (the border) is a "cannot tell". Plain JSON: no torch."""
 
 from __future__ import annotations
 
@@ -45,8 +46,8 @@ def _region(flag: dict) -> str:
 
 
 def check_shortcuts(record: dict, ctx: dict) -> list[Finding]:
-    """One warning per confirmed flag; the hypotheses as one "cannot tell"; "ok" when the audit
-    raised nothing."""
+    """One warning per confirmed flag; the patterns masking cannot test (border) as one "cannot
+    tell"; "ok" when nothing was confirmed, saying how many patterns masking refuted."""
     out: list[Finding] = []
     folder = record["folder"]
     for f in record["findings"]:
@@ -71,17 +72,20 @@ def check_shortcuts(record: dict, ctx: dict) -> list[Finding]:
             + " (confirmed by masking)", measured=measured,
             why=f["evidence"] + "; a shortcut that holds in this data may fail on new data",
             fix=f"{f['fix']}; look at the images: open {folder}/report.html"))
-    if record["hypotheses"]:
-        names = "; ".join(WHAT[h["kind"]].format(cls=h["cls"]) for h in record["hypotheses"])
+    untested = [h for h in record["hypotheses"] if h.get("confirmed") is None]
+    refuted = [h for h in record["hypotheses"] if h.get("confirmed") is False]
+    if untested:
+        names = "; ".join(WHAT[h["kind"]].format(cls=h["cls"]) for h in untested)
         out.append(Finding(
             "audit.hypotheses", "unknown",
-            f"{len(record['hypotheses'])} pattern(s) the masking did not confirm: {names}",
-            why="a pattern in the maps is not evidence that the model needs it; masking did "
-                "not show it needed, enough and the same on each image",
-            fix=f"look at them in {folder}/report.html; audit more images "
-                "(--confirm-images) to test them again"))
+            f"{len(untested)} pattern(s) that masking cannot test: {names}",
+            why="a pattern in the maps is not evidence that the model needs it, and this kind "
+                "(relevance on the border) is not masked",
+            fix=f"look at the class's images in {folder}/report.html for frames or padding"))
     if not out:
+        tested = (f"; {len(refuted)} pattern(s) in the maps were tested by masking and not "
+                  "confirmed" if refuted else "")
         out.append(Finding("audit.shortcuts", "ok",
-                           f"no shortcut flagged in {record['summary']['images']} images "
-                           f"(method {record.get('method', '?')})"))
+                           f"no shortcut confirmed in {record['summary']['images']} images "
+                           f"(method {record.get('method', '?')}){tested}"))
     return out

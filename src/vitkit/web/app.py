@@ -21,6 +21,7 @@ from urllib.parse import parse_qs
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vitkit.errors import VitkitError
 from vitkit.web.query import BadQuery
@@ -119,8 +120,10 @@ class Guard:
                          "open the address `vitkit explore` printed")
         origin = headers.get("origin")
         if scope["method"] not in ("GET", "HEAD") and origin is not None:
-            if origin == "null" or origin.split("://", 1)[-1] != host:
-                return 403, f"requests from another origin ({origin}) are refused"
+            scheme = scope.get("scheme", "http")  # the page's own origin: same scheme and host
+            if origin != f"{scheme}://{host}":
+                return 403, (f"requests from another origin ({origin}) are refused; this "
+                             f"server's origin is {scheme}://{host}")
         length = headers.get("content-length")
         if length is not None and not (length.isascii() and length.isdigit()):
             return 400, f"Content-Length {length!r} is not a number of bytes"
@@ -167,6 +170,14 @@ async def _value_error(request: Request, err: ValueError) -> JSONResponse:
     return JSONResponse({"error": str(err)}, status_code=400)
 
 
+async def _http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+    """Starlette's own answers (an unknown URL, a wrong HTTP method) as ``{"error": ...}``."""
+    what = {404: f"{request.url.path} is not a page or API route of the explorer",
+            405: f"{request.method} is not how {request.url.path} is asked (see docs/explore.md)"}
+    return JSONResponse({"error": what.get(err.status_code, str(err.detail))},
+                        status_code=err.status_code)
+
+
 async def _bad_request(request: Request, err: RequestValidationError) -> JSONResponse:
     first = err.errors()[0]
     where = ".".join(str(p) for p in first.get("loc", ())[1:]) or "request"
@@ -191,6 +202,7 @@ def create_app(explorer: Explorer, *, token: str, host: str = "127.0.0.1", port:
     app.add_exception_handler(VitkitError, _library_error)
     app.add_exception_handler(ValueError, _value_error)
     app.add_exception_handler(RequestValidationError, _bad_request)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     add_assets(app)
     add_routes(app, explorer, samples or [])
     return Guard(app, token=token, hosts=allowed_hosts(host, port), max_body=max_body)

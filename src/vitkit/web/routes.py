@@ -22,9 +22,10 @@ from vitkit.explain.attention import HEAD_FUSIONS
 from vitkit.explain.causal import MEASURES
 from vitkit.web.query import BadQuery, Query
 from vitkit.web.samples import Sample
-from vitkit.web.session import Explorer, View
+from vitkit.web.session import Explorer, View, constant_note, is_constant
 
 SEND_AN_IMAGE = "send an image first (POST /api/image)"
+JOB_KINDS = ("faithfulness", "importance")
 WHICH_TOKEN = "which token's row (0 = the first prefix token, then the patches row by row)"
 
 
@@ -102,6 +103,9 @@ class Api:
             ("GET", "/api/stats", self.head_stats),
             ("GET", "/api/causal", self.causal),
             ("GET", "/api/export.npz", self.export),
+            ("POST", "/api/job", self.start_job),
+            ("GET", "/api/job", self.job),
+            ("POST", "/api/job/cancel", self.cancel_job),
         ]
 
     def _view(self, q: Query) -> View:
@@ -155,19 +159,30 @@ class Api:
                                          **map_options(q))
         target = self.explorer.explained_class(shown)
         name = self.explorer.class_names()[target] if target is not None else None
-        return dict(method=shown.method, target=target, target_name=name,
-                    map=encode(shown.map[0]))
+        m = shown.map[0]
+        constant = is_constant(m)
+        return dict(method=shown.method, target=target, target_name=name, map=encode(m),
+                    lo=float(m.min()), hi=float(m.max()), constant=constant,
+                    note=constant_note(shown.method, m) if constant else "")
 
-    def faithfulness(self, request: Request) -> dict:
-        q = Query(request.query_params)
+    def _faithfulness(self, q: Query, progress=None) -> Callable[[], dict]:
+        """The faithfulness answer of query ``q``, as a function (run now or as a job)."""
         view = self._view(q)
         steps = q.integer("steps", 16, lo=2, hi=64)
-        r = self.explorer.faithfulness(view, q.text("method", "rollout"), q.integer("target"),
-                                       steps, **map_options(q))
-        curves = ("fractions", "deletion", "insertion", "deletion_auc", "insertion_auc")
-        verdicts = ("percentile", "p_value", "random_maps", "randomisation", "class_sensitivity")
-        return dict(target=r["target"], **{k: r[k].tolist() for k in curves},
-                    **{k: r[k] for k in verdicts}, rows=["map", "random"])
+        method, target, options = q.text("method", "rollout"), q.integer("target"), map_options(q)
+
+        def answer(progress=None) -> dict:
+            r = self.explorer.faithfulness(view, method, target, steps, progress=progress,
+                                           **options)
+            curves = ("fractions", "deletion", "insertion", "deletion_auc", "insertion_auc")
+            verdicts = ("percentile", "p_value", "random_maps", "randomisation",
+                        "class_sensitivity")
+            return dict(target=r["target"], **{k: r[k].tolist() for k in curves},
+                        **{k: r[k] for k in verdicts}, rows=["map", "random"])
+        return answer
+
+    def faithfulness(self, request: Request) -> dict:
+        return self._faithfulness(Query(request.query_params))()
 
     def head_stats(self, request: Request) -> dict:
         s = self.explorer.head_stats(self._view(Query(request.query_params)))
@@ -176,12 +191,61 @@ class Api:
                     norms=encode(s["norms"]), outliers=s["outliers"])
 
     def causal(self, request: Request) -> dict:
+        """The logit lens and the heads' importance estimated by attribution patching (at
+        once); ``exact=1``: the ablation instead (one forward per layer; the page runs it as a
+        job, POST /api/job?kind=importance)."""
         q = Query(request.query_params)
         view = self._view(q)
-        c = self.explorer.causal(view, q.integer("target"), q.choice("measure", MEASURES, "logit"))
+        target, measure = q.integer("target"), q.choice("measure", MEASURES, "logit")
+        if q.choice("exact", ("0", "1"), "0") == "1":
+            return self._importance(view, target, measure)()
+        c = self.explorer.causal(view, target, measure)
         return dict(target=c["target"], measure=c["measure"],
-                    importance=encode(c["importance"]), lens_prob=c["lens_prob"].tolist(),
-                    lens_top=c["lens_top"].tolist(), lens_top_names=c["lens_top_names"])
+                    importance=encode(c["importance"]), importance_kind=c["importance_kind"],
+                    lens_prob=c["lens_prob"].tolist(), lens_top=c["lens_top"].tolist(),
+                    lens_top_names=c["lens_top_names"])
+
+    def _importance(self, view: View, target, measure) -> Callable[..., dict]:
+        def answer(progress=None) -> dict:
+            c = self.explorer.exact_importance(view, target, measure, progress)
+            return dict(target=c["target"], measure=c["measure"],
+                        importance=encode(c["importance"]), importance_kind="exact")
+        return answer
+
+    # --------------------------------------------------------------------- background jobs
+    def start_job(self, request: Request) -> dict:
+        """Start ``kind`` (faithfulness: the query of /api/faithfulness; importance: the exact
+        head ablation, the query of /api/causal) in the background; a newer job of the same
+        kind supersedes it. Answers the job's id and state; poll GET /api/job?id=."""
+        q = Query(request.query_params)
+        kind = q.choice("kind", JOB_KINDS)
+        if kind == "faithfulness":
+            run = self._faithfulness(q)
+        else:
+            run = self._importance(self._view(q), q.integer("target"),
+                                   q.choice("measure", MEASURES, "logit"))
+        return self.explorer.jobs.submit(kind, run).summary()
+
+    def _job(self, q: Query):
+        job_id = q.text("id", missing="which job (the id POST /api/job answered)")
+        job = self.explorer.jobs.get(job_id)
+        if job is None:
+            raise BadQuery(f"no job {job_id!r} here (never started, or long finished): start "
+                           "it again")
+        return job
+
+    def job(self, request: Request) -> dict:
+        """The job's state, fraction done and seconds left; its result once done."""
+        job = self._job(Query(request.query_params))
+        out = job.summary()
+        if job.state == "done":
+            out["result"] = job.result
+        return out
+
+    def cancel_job(self, request: Request) -> dict:
+        job = self._job(Query(request.query_params))
+        self.explorer.jobs.cancel(job.id)
+        return job.summary()
 
     # ---------------------------------------------------------------------- what it exports
     def export(self, request: Request) -> Response:

@@ -6,8 +6,13 @@ per-head numbers, the causal tables) is computed by :mod:`vitkit.explain` from t
 and kept in a bounded LRU cache (:mod:`vitkit.web.cache`: bytes and entries), so repeated
 interactions cost a lookup.
 
-All model work runs under one lock: hooks (Grad-CAM, head ablation, token norms) are
-per-model, and two threads must never see each other's. Nothing here knows about HTTP.
+Model work runs under one lock (re-entrant: a job holds it while its steps compute through the
+same cached helpers): hooks (Grad-CAM, head ablation, token norms) are per-model, and two
+threads must never see each other's. What needs only the attention maps already computed (the
+heads, rollout, [CLS] and MAP attention) takes no lock, so
+it never waits behind a gradient method or a job. Slow work (faithfulness, the exact head
+ablation) runs as a background job (:mod:`vitkit.web.jobs`) with progress and cancel. Nothing
+here knows about HTTP.
 """
 
 from __future__ import annotations
@@ -33,6 +38,22 @@ from vitkit.explain.methods import METHODS, applicable
 from vitkit.models.cnn import is_cnn
 from vitkit.web import checks
 from vitkit.web.cache import LRU, cache_budget, nbytes
+from vitkit.web.jobs import Jobs
+
+
+def is_constant(m: torch.Tensor) -> bool:
+    """Whether a map holds one value everywhere (all zeros included)."""
+    return bool(m.numel() == 0 or (m.max() - m.min()).abs().item() == 0)
+
+
+def constant_note(method: str, m: torch.Tensor) -> str:
+    value = float(m.flatten()[0]) if m.numel() else 0.0
+    return (f"the {method} map is constant ({value:g} on every patch): it ranks no patch above "
+            "another, so it explains nothing here and gets no faithfulness score; try another "
+            "class or method")
+
+
+MAX_ASPECT = 20  # a longer side more than this many times the shorter: refused
 
 
 class NotFound(VitkitError):
@@ -72,7 +93,8 @@ class Explorer:
         t = self.cfg.num_prefix_tokens + self.grid[0] * self.grid[1]
         view_bytes = 4 * self.depth * self.heads * t * t  # float32 (layers, heads, T, T)
         self.cache = LRU(cache_budget(cache_mb, view_bytes), max_entries)
-        self.lock = threading.Lock()  # one model, one computation at a time
+        self.lock = threading.RLock()  # one model, one computation at a time
+        self.jobs = Jobs(self.lock)
         self.has_classifier = self.cfg.num_classes > 0
 
     # ----------------------------------------------------------------------- what it is
@@ -109,6 +131,8 @@ class Explorer:
             patch_size=self.cfg.patch_size, input=list(self.size), pool=self.cfg.pool,
             prefix_tokens=self.token_names(), classes=self.class_names(),
             methods={name: m.summary for name, m in METHODS.items()},
+            method_info={name: dict(gradients=m.gradients, options=list(m.options))
+                         for name, m in METHODS.items()},
             applicable=[m for m in applicable(self.cfg) if m not in unavailable],
             unavailable=unavailable, has_classifier=self.has_classifier,
             fusions=list(HEAD_FUSIONS),
@@ -128,6 +152,11 @@ class Explorer:
         if found is not None:
             return found
         _, new_h, new_w, _, _ = cover(img.size, self.size)
+        aspect = max(img.width, img.height) / max(1, min(img.width, img.height))
+        if aspect > MAX_ASPECT:
+            raise VitkitError(f"an image of {img.width}x{img.height} has an aspect ratio of "
+                              f"{aspect:.0f}:1, more than {MAX_ASPECT}:1: the centre crop the "
+                              "model sees would keep a sliver of it; crop it first")
         if new_h * new_w > self.max_pixels:
             raise VitkitError(f"an image of {img.width}x{img.height} would be resized to "
                               f"{new_w}x{new_h} before the centre crop: its aspect ratio is "
@@ -238,32 +267,41 @@ class Explorer:
         key = ("method", view.id, method, target, key_opts)
         return self._cached(key, lambda: explain.explain_map(
             self.model, view.x, method, target=target, outputs=(view.logits, view.maps),
-            **used))
+            **used), locked=m.gradients)  # attention-only maps read the stored maps
 
     def faithfulness(self, view: View, method: str, target: int | None, steps: int = 16,
-                     **options) -> dict:
+                     progress: Callable[[float], None] | None = None, **options) -> dict:
         """Deletion and insertion curves of ``method``'s map and of a random map, the map's
         rank among 20 random maps, and the model-randomisation and class-sensitivity checks
-        (vitkit.explain.trust): the page's "how far to trust" verdict."""
+        (vitkit.explain.trust): the page's "how far to trust" verdict. ``progress(fraction)``
+        between the steps. A constant map (all zeros included) ranks no patch above another:
+        it gets no score, and the error says so."""
         # torchvision (the train extra) blurs the inserted image: optional for the explorer
         from vitkit.explain import trust
         from vitkit.explain.metrics import deletion_insertion, random_maps
 
         if not self.has_classifier:
             raise VitkitError(checks.NO_HEAD)
+        tick = progress or (lambda fraction: None)
         shown = self.method_map(view, method, target, **options)
+        if is_constant(shown.map):
+            raise VitkitError(constant_note(method, shown.map))
         cls = int(shown.target[0])
         key = ("faith", view.id, method, cls, tuple(sorted(options.items())), steps)
 
         def compute():
+            tick(0.05)
             maps = torch.cat([shown.map, random_maps(shown.map)])
             curves = deletion_insertion(self.model, view.x.expand(2, -1, -1, -1), maps,
                                         torch.tensor([cls, cls]), steps=steps)
+            tick(0.2)
             floor = trust.random_floor(self.model, view.x, shown.map, shown.target,
                                        steps=steps)
+            tick(0.45)
             used = {k: v for k, v in options.items() if k in METHODS[method].options}
             randomised = trust.randomisation_check(self.model, view.x, method,
                                                    target=shown.target, **used)
+            tick(0.85)
             sensitive = trust.class_sensitivity(self.model, view.x, method, **used)
             return dict(fractions=curves.fractions, deletion=curves.deletion,
                         insertion=curves.insertion, deletion_auc=curves.deletion_auc,
@@ -295,20 +333,36 @@ class Explorer:
         return self._cached(("stats", view.id), compute)
 
     def causal(self, view: View, target: int | None, measure: str = "logit") -> dict:
-        """The logit lens (per layer: the target's probability, the top class) and every
-        head's importance for ``target``."""
+        """The logit lens (per layer: the target's probability, the top class; one forward)
+        and every head's importance for ``target`` estimated by attribution patching (one
+        forward and one backward): what the page shows at once."""
         target = self._class(target, view)
         checks.measure_name(measure)
 
         def compute():
             lens = causal.logit_lens(self.model, view.x)[:, 0]  # (L, C)
             probs = lens.softmax(-1)
-            drops, _ = causal.head_importance(self.model, view.x, target, measure)
+            estimate, _ = causal.head_importance_estimate(self.model, view.x, target, measure)
             names = self.class_names()
-            return dict(target=target, measure=measure, importance=drops[0],
-                        lens_prob=probs[:, target], lens_top=probs.argmax(-1),
+            return dict(target=target, measure=measure, importance=estimate[0],
+                        importance_kind="estimate", lens_prob=probs[:, target],
+                        lens_top=probs.argmax(-1),
                         lens_top_names=[names[int(i)] for i in probs.argmax(-1)])
         return self._cached(("causal", view.id, target, measure), compute)
+
+    def exact_importance(self, view: View, target: int | None, measure: str = "logit",
+                         progress: Callable[[float], None] | None = None) -> dict:
+        """Every head's importance for ``target`` by ablation (one forward per layer),
+        ``progress(fraction)`` after each layer: the exact numbers the estimate approximates."""
+        target = self._class(target, view)
+        checks.measure_name(measure)
+
+        def compute():
+            drops, _ = causal.head_importance(self.model, view.x, target, measure,
+                                              progress=progress)
+            return dict(target=target, measure=measure, importance=drops[0],
+                        importance_kind="exact")
+        return self._cached(("exact-importance", view.id, target, measure), compute)
 
     # ---------------------------------------------------------------------- what it exports
     def export_arrays(self, view: View, method: str, target: int | None,

@@ -50,17 +50,26 @@ function colour(t) {
   return STOPS[i].map((a, k) => Math.round(a + f * (STOPS[i + 1][k] - a)));
 }
 
-function mapCanvas(map, alpha) {  // {data, h, w} -> a w x h canvas, min-max normalised
+function range(data) {  // the smallest and largest value of an array
   let lo = Infinity, hi = -Infinity;
-  for (const v of map.data) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
-  const span = hi - lo || 1;
+  for (const v of data) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+  return { lo, hi };
+}
+
+function fmt(v) {  // a value for a scale: 3 significant digits
+  return Math.abs(v) >= 1000 || (Math.abs(v) < 0.001 && v !== 0) ? v.toExponential(2) : Number(v.toPrecision(3)).toString();
+}
+
+function mapCanvas(map, alpha, scale) {  // {data, h, w} -> a w x h canvas; scale {lo, hi} or the map's own
+  const { lo, hi } = scale || range(map.data);
+  const span = hi - lo;
   const c = document.createElement("canvas");
   c.width = map.w; c.height = map.h;
   const ctx = c.getContext("2d");
   const img = ctx.createImageData(map.w, map.h);
-  map.data.forEach((v, i) => {
-    const [r, g, b] = colour((v - lo) / span);
-    img.data.set([r, g, b, Math.round(alpha * 255)], 4 * i);
+  map.data.forEach((v, i) => {  // a constant map has no colour to show: left transparent
+    const [r, g, b] = colour(span > 0 ? (v - lo) / span : 0);
+    img.data.set([r, g, b, span > 0 ? Math.round(alpha * 255) : 0], 4 * i);
   });
   ctx.putImageData(img, 0, 0);
   return c;
@@ -93,7 +102,7 @@ function drawFigure(canvas, map, opts = {}) {  // picture + map overlay (+ grid,
   ctx.drawImage(PICTURE, 0, 0, canvas.width, canvas.height);
   if (map) {
     ctx.imageSmoothingEnabled = true;
-    ctx.drawImage(mapCanvas(map, opts.alpha ?? Number($("opacity").value)), 0, 0, canvas.width, canvas.height);
+    ctx.drawImage(mapCanvas(map, opts.alpha ?? Number($("opacity").value), opts.scale), 0, 0, canvas.width, canvas.height);
   }
   const [gh, gw] = S.model.grid, sx = canvas.width / gw, sy = canvas.height / gh;
   if (opts.grid) {
@@ -130,11 +139,49 @@ function download(blob, name) {
 }
 
 // --------------------------------------------------------------------------- the figure
+function sharedScale() {  // one scale over every head of every layer (and the fused column)
+  if ($("scale").value !== "shared" || !S.heads) return null;
+  if (!S.headRange) S.headRange = range(S.heads.data);
+  const r = S.headRange, f = S.fused ? range(S.fused.data) : r;
+  return { lo: Math.min(r.lo, f.lo), hi: Math.max(r.hi, f.hi) };
+}
+
+function headScale() { return sharedScale(); }  // null: each map its own min-max
+
+function drawBar(canvas) {  // the colour map from dark (left) to bright (right)
+  const ctx = canvas.getContext("2d");
+  for (let x = 0; x < canvas.width; x++) {
+    const [r, g, b] = colour(x / (canvas.width - 1));
+    ctx.fillStyle = `rgb(${r},${g},${b})`; ctx.fillRect(x, 0, 1, canvas.height);
+  }
+}
+
+function showScale(map, scale, what) {  // the main figure's colour bar: real values
+  const bar = $("main-scale");
+  if (!map) { bar.hidden = true; return; }
+  bar.hidden = false;
+  const { lo, hi } = scale || range(map.data), own = range(map.data);
+  $("main-lo").textContent = fmt(lo); $("main-hi").textContent = fmt(hi);
+  bar.dataset.lo = String(lo); bar.dataset.hi = String(hi);
+  const constant = own.hi === own.lo;
+  $("main-note").textContent = !constant ? `${what}; this map: ${fmt(own.lo)} to ${fmt(own.hi)}`
+    : scale ? `${what}; this map is ${fmt(own.lo)} on every patch (uniform), drawn at that value`
+      : `constant map: ${fmt(own.lo)} on every patch; it ranks no patch above another and explains nothing here`;
+  bar.classList.toggle("constant", constant);
+}
+
 function drawMain() {
   const patch = S.query !== null && S.query >= S.model.prefix_tokens.length ? S.query - S.model.prefix_tokens.length : null;
-  drawFigure($("main"), S.overlay ? S.overlay.map : null,
-    { grid: $("show-grid").checked, box: $("show-box").checked, patch });
+  const map = S.overlay ? S.overlay.map : null;
+  const scale = S.overlay && S.overlay.kind === "head" ? headScale() : null;
+  drawFigure($("main"), map, { grid: $("show-grid").checked, box: $("show-box").checked, patch, scale });
+  showScale(map, scale, scale ? "colour: one scale over every layer and head" : "colour: this map's own minimum to maximum");
   $("overlay-title").textContent = S.overlay ? S.overlay.title : (S.view ? S.view.label : "no image yet");
+}
+
+function className(i) {  // "class 7" for a model without names, never "class class 7"
+  const name = S.model.classes[i];
+  return /^class /.test(name) ? name : `class ${name}`;
 }
 
 const quietly = (promise) => promise.catch(() => {});  // the status line already says why
@@ -157,6 +204,10 @@ function drawMosaic() {
   box.innerHTML = "";
   if (!S.heads) return;
   const [L, H] = S.heads.shape, extra = S.fused ? 1 : 0;
+  const shared = headScale();
+  $("mosaic-caption").textContent = shared
+    ? `colour: one scale for every cell, ${fmt(shared.lo)} (dark) to ${fmt(shared.hi)} (bright): a uniform head looks uniform (every patch ${fmt(1 / (S.model.grid[0] * S.model.grid[1]))} when nothing goes to the prefix tokens)`
+    : "colour: each cell its own minimum (dark) to maximum (bright); choose a shared scale to compare heads";
   box.style.gridTemplateColumns = `2.5em repeat(${H + extra}, 1fr)`;
   for (let l = 0; l < L; l++) {
     const label = document.createElement("div");
@@ -168,7 +219,7 @@ function drawMosaic() {
       fitCanvas(c, 64);
       c.dataset.layer = String(l); c.dataset.head = h;
       c.title = `layer ${l}, head ${h}`;
-      drawFigure(c, headMap(l, h), { alpha: 0.75 });
+      drawFigure(c, headMap(l, h), { alpha: 0.75, scale: headScale() });
       c.addEventListener("click", () => showHead(l, h));
       box.appendChild(c);
     }
@@ -180,7 +231,7 @@ async function showView(v) {
   S.view = v; S.query = null; S.methods = {}; S.selectedMethod = null; S.stats = null; S.causal = null;
   if (!S.keepTarget) $("target").value = "";  // a new image: explain its own prediction
   PICTURE = pictureCanvas(v.picture);
-  S.heads = decode(v.heads); S.fused = null;
+  S.heads = decode(v.heads); S.fused = null; S.headRange = null;
   const fusion = $("fusion-column").value;
   if (fusion) await loadFused(fusion);
   $("top5").innerHTML = "";
@@ -199,15 +250,25 @@ async function showView(v) {
   for (const id of ["token-row", "token-rollout", "faith-plot", "lens-plot"]) {
     const c = $(id); c.getContext("2d").clearRect(0, 0, c.width, c.height);
   }
-  $("faith-text").textContent = ""; $("lens-text").textContent = ""; $("importance-table").innerHTML = "";
+  $("faith-text").textContent = ""; $("lens-text").textContent = "";
+  for (const id of ["importance-table", "exact-table"]) $(id).innerHTML = "";
+  $("exact-text").textContent = "";
+  $("causal-exact").disabled = true;
   status("");
-  await loadMethods();
+  delete document.body.dataset.view;
+  const image = v.image;
+  // what needs only the stored attention maps first, the per-head numbers, then the gradients
+  await loadMethods(attentionOnly());
   await loadStats();
+  if (S.view && S.view.image === image) document.body.dataset.view = "attention";
+  await loadMethods(withGradients());
+  if (S.view && S.view.image === image) document.body.dataset.view = "full";
 }
 
 async function upload(file) {
   status(`reading ${file.name} ...`);
   S.sampleId = null;
+  $("samples").value = "";  // the list no longer names what is shown
   const v = await api("/api/image", {}, { method: "POST", body: file, headers: { "Content-Type": "application/octet-stream" } });
   v.label = file.name;
   await showView(v);
@@ -289,39 +350,65 @@ function selectMethod(name) {
   if (!m) return;
   S.selectedMethod = name;
   document.querySelectorAll("#methods figure").forEach((f) => f.classList.toggle("selected", f.id === `method-${name}`));
-  S.overlay = { kind: "method", map: m.map, title: m.target_name === null ? name : `${name} for class ${m.target_name}` };
+  S.overlay = { kind: "method", map: m.map, title: m.target === null ? name : `${name} for ${className(m.target)}` };
   $("faith-method").value = name;
   drawMain();
 }
 
+// the methods that read only the stored attention maps, and those that run the model
+const attentionOnly = () => S.model.applicable.filter((n) => !S.model.method_info[n].gradients);
+const withGradients = () => S.model.applicable.filter((n) => S.model.method_info[n].gradients);
+const using = (option) => S.model.applicable.filter((n) => S.model.method_info[n].options.includes(option));
+
 async function loadMethods(names) {
   if (!S.view) return;
+  const image = S.view.image;
+  let said = null;  // the status line this function wrote (cleared only if still its own)
   for (const name of names || S.model.applicable) {
-    status(`computing ${name} ...`);
-    const r = await api("/api/method", Object.assign({ image: S.view.image, method: name }, methodParams()));
+    if (S.model.method_info[name].gradients) { said = `computing ${name} ...`; status(said); }
+    const r = await api("/api/method", Object.assign({ image, method: name }, methodParams()));
+    if (!S.view || S.view.image !== image) return;  // another image came meanwhile
     const [gh, gw] = S.model.grid;
-    S.methods[name] = { map: { data: decode(r.map).data, h: gh, w: gw }, target_name: r.target_name };
+    S.methods[name] = { map: { data: decode(r.map).data, h: gh, w: gw }, target: r.target, constant: r.constant };
     const fig = $(`method-${name}`);
     drawFigure(fig.querySelector("canvas"), S.methods[name].map, { box: true });
-    const what = r.target_name === null ? "" : ` (class ${r.target_name})`;
-    fig.querySelector("figcaption").textContent = `${name}${what}: ${S.model.methods[name]}`;
+    const what = r.target === null ? "" : ` (${className(r.target)})`;
+    const scale = r.constant ? ` Constant map (${fmt(r.lo)} everywhere): nothing to show, no faithfulness score.` : ` Colour: ${fmt(r.lo)} (dark) to ${fmt(r.hi)} (bright).`;
+    fig.querySelector("figcaption").textContent = `${name}${what}: ${S.model.methods[name]}.${scale}`;
+    fig.classList.toggle("constant", r.constant);
     if (S.selectedMethod === name) selectMethod(name);
   }
-  status("");
+  if (said !== null && $("status").textContent === said) status("");
 }
 
 // ------------------------------------------------------------------------ faithfulness
-function plotCurves(canvas, panels) {  // panels: [{title, series: [{name, ys, colour}]}]
+// panels: [{title, xlabel, ylabel, xticks: [[value 0..1, label]], series: [{name, ys, xs, colour}]}];
+// y from 0 to 1 with ticks every 0.25, the legend under the axes (never on the curves)
+function plotCurves(canvas, panels) {
   const ctx = canvas.getContext("2d");
   ctx.clearRect(0, 0, canvas.width, canvas.height);
-  const pw = canvas.width / panels.length;
+  const pw = canvas.width / panels.length, legend = 15 * Math.max(...panels.map((p) => p.series.length));
+  const ticks = (n) => [...Array(n + 1).keys()].map((i) => [i / n, String(i / n)]);
   panels.forEach((panel, k) => {
-    const x0 = k * pw + 35, y0 = 20, w = pw - 50, h = canvas.height - 45;
+    const x0 = k * pw + 42, y0 = 20, w = pw - 56, h = canvas.height - 58 - legend;
+    ctx.fillStyle = "#222"; ctx.font = "12px sans-serif"; ctx.textAlign = "left";
+    ctx.fillText(panel.title, x0 - 30, 13);
+    ctx.font = "10px sans-serif";
+    ctx.strokeStyle = "#e3e3e3"; ctx.lineWidth = 1;
+    for (const [v, label] of ticks(4)) {  // y ticks and grid lines
+      const py = y0 + h * (1 - v);
+      ctx.beginPath(); ctx.moveTo(x0, py); ctx.lineTo(x0 + w, py); ctx.stroke();
+      ctx.textAlign = "right"; ctx.fillText(label, x0 - 4, py + 3);
+    }
+    for (const [v, label] of panel.xticks || ticks(4)) {  // x ticks
+      const px = x0 + w * v;
+      ctx.beginPath(); ctx.moveTo(px, y0 + h); ctx.lineTo(px, y0 + h + 4); ctx.strokeStyle = "#999"; ctx.stroke();
+      ctx.textAlign = "center"; ctx.fillText(label, px, y0 + h + 14);
+    }
     ctx.strokeStyle = "#999"; ctx.strokeRect(x0, y0, w, h);
-    ctx.fillStyle = "#222"; ctx.font = "12px sans-serif";
-    ctx.fillText(panel.title, x0, 14);
-    ctx.fillText("0", x0 - 12, y0 + h); ctx.fillText("1", x0 - 12, y0 + 8);
-    ctx.fillText(panel.xlabel || "", x0 + w / 3, y0 + h + 15);
+    ctx.textAlign = "center"; ctx.fillText(panel.xlabel || "", x0 + w / 2, y0 + h + 27);
+    ctx.save(); ctx.translate(x0 - 32, y0 + h / 2); ctx.rotate(-Math.PI / 2);
+    ctx.fillText(panel.ylabel || "p(class)", 0, 0); ctx.restore();
     panel.series.forEach((s, j) => {
       ctx.strokeStyle = s.colour; ctx.lineWidth = 2; ctx.beginPath();
       s.ys.forEach((y, i) => {
@@ -329,40 +416,79 @@ function plotCurves(canvas, panels) {  // panels: [{title, series: [{name, ys, c
         if (i === 0) ctx.moveTo(px, py); else ctx.lineTo(px, py);
       });
       ctx.stroke();
-      ctx.fillStyle = s.colour; ctx.fillText(s.name, x0 + 6, y0 + 14 + 14 * j);
+      const ly = y0 + h + 40 + 15 * j;  // the legend, below the axes
+      ctx.fillStyle = s.colour; ctx.fillRect(x0, ly - 5, 14, 3);
+      ctx.fillStyle = "#222"; ctx.textAlign = "left"; ctx.font = "11px sans-serif";
+      ctx.fillText(s.name, x0 + 18, ly);
+      ctx.font = "10px sans-serif";
     });
   });
+  ctx.textAlign = "left";
+}
+
+// --------------------------------------------------------------------------- slow jobs
+// A slow answer runs on the server as a job: started, polled for its progress (a bar, the
+// time left and a cancel button under the panel), superseded by a newer one for the panel.
+const JOBS = {};  // panel -> the job id running for it
+async function runJob(kind, params, panel) {
+  const box = $(`${panel}-job`), bar = box.querySelector("progress"), text = box.querySelector(".eta");
+  let job = await api("/api/job", Object.assign({ kind }, params), { method: "POST" });
+  JOBS[panel] = job.id;
+  box.hidden = false; box.dataset.state = job.state;
+  try {
+    while (job.state === "queued" || job.state === "running") {
+      bar.value = job.fraction;
+      text.textContent = job.state === "queued" ? "waiting for the model ..."
+        : `${Math.round(100 * job.fraction)}%` + (job.eta_s !== null ? `, about ${Math.ceil(job.eta_s)} s left` : "");
+      await new Promise((r) => setTimeout(r, 150));
+      if (JOBS[panel] !== job.id) return null;  // superseded: a newer job fills the panel
+      job = await api("/api/job", { id: job.id });
+    }
+  } finally {
+    if (JOBS[panel] === job.id) { box.hidden = true; box.dataset.state = job.state; delete JOBS[panel]; }
+  }
+  if (job.state === "cancelled") { status(`${panel}: cancelled`); return null; }
+  if (job.state === "error") { status(job.error, true); throw new Error(job.error); }
+  return job.result;
+}
+
+async function cancelJob(panel) {
+  const id = JOBS[panel];
+  if (id) await api("/api/job/cancel", { id }, { method: "POST" });
 }
 
 async function runFaithfulness() {
   if (!S.view) return;
   const method = $("faith-method").value;
-  status(`deleting and inserting patches by ${method} ...`);
-  const r = await api("/api/faithfulness", Object.assign({ image: S.view.image }, methodParams(), { method }));
+  if (S.methods[method] && S.methods[method].constant) {
+    $("faith-text").textContent = `the ${method} map is constant: it ranks no patch above another, so it gets no faithfulness score; pick another class or method`;
+    return;
+  }
+  const r = await runJob("faithfulness", Object.assign({ image: S.view.image }, methodParams(), { method }), "faith");
+  if (!r) return;
   const series = (key) => [
     { name: `${method} (AUC ${r[key + "_auc"][0].toFixed(3)})`, ys: r[key][0], xs: r.fractions, colour: "#d50000" },
     { name: `random (AUC ${r[key + "_auc"][1].toFixed(3)})`, ys: r[key][1], xs: r.fractions, colour: "#757575" },
   ];
   plotCurves($("faith-plot"), [
-    { title: "deletion: p(class) as patches are removed", series: series("deletion"), xlabel: "fraction removed" },
-    { title: "insertion: p(class) as patches return", series: series("insertion"), xlabel: "fraction revealed" },
+    { title: "deletion (lower is better)", series: series("deletion"), xlabel: "fraction of patches removed", ylabel: "p(class)" },
+    { title: "insertion (higher is better)", series: series("insertion"), xlabel: "fraction of patches revealed", ylabel: "p(class)" },
   ]);
   const beaten = Math.round(r.percentile * r.random_maps);
   const rand = r.randomisation, cls = r.class_sensitivity;
   const trusted = r.percentile >= 0.9 && rand.passes && cls.passes;
-  $("faith-text").textContent = `${method}, class ${S.model.classes[r.target]}: deletion AUC ${r.deletion_auc[0].toFixed(3)} (one random map ${r.deletion_auc[1].toFixed(3)}), insertion AUC ${r.insertion_auc[0].toFixed(3)}. ` +
+  $("faith-text").textContent = `${method}, ${className(r.target)}: deletion AUC ${r.deletion_auc[0].toFixed(3)} (one random map ${r.deletion_auc[1].toFixed(3)}), insertion AUC ${r.insertion_auc[0].toFixed(3)}. ` +
     `Beats ${beaten} of ${r.random_maps} random maps on deletion (p ${r.p_value.toFixed(2)}). ` +
     `Model randomisation: ${rand.passes ? "passes" : "fails"} (rank correlation ${rand.correlation.toFixed(2)} once every block is re-initialised). ` +
     `Class sensitivity: ${cls.passes ? "passes" : "fails"} (correlation ${cls.correlation.toFixed(2)} with the least likely class's map). ` +
     (trusted ? "Trust it for this image." : "Trust it less: it fails at least one check a random or model-blind map would fail.");
-  status("");
 }
 
 // ------------------------------------------------------------------------ heat tables
-function heatTable(el, arr, fmt, onClick, selected) {
+// scale: {lo, hi, mark, markLabel} (the table's own min-max when absent); a legend under it
+function heatTable(el, arr, fmt, onClick, scale) {
   const [L, H] = arr.shape;
-  let lo = Infinity, hi = -Infinity;
-  for (const v of arr.data) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+  const { lo, hi } = scale || range(arr.data);
   const table = document.createElement("table");
   const head = table.insertRow();
   head.appendChild(document.createElement("th"));
@@ -372,9 +498,10 @@ function heatTable(el, arr, fmt, onClick, selected) {
     const th = document.createElement("th"); th.textContent = `L${l}`; tr.appendChild(th);
     for (let h = 0; h < H; h++) {
       const v = arr.data[l * H + h], td = tr.insertCell();
-      const [r, g, b] = colour((v - lo) / ((hi - lo) || 1));
+      const t = hi > lo ? (v - lo) / (hi - lo) : 0;
+      const [r, g, b] = colour(t);
       td.style.background = `rgb(${r},${g},${b})`;
-      td.style.color = (v - lo) / ((hi - lo) || 1) > 0.6 ? "#000" : "#fff";
+      td.style.color = t > 0.6 ? "#000" : "#fff";
       td.textContent = fmt(v);
       td.title = `layer ${l}, head ${h}: ${fmt(v)}`;
       td.dataset.layer = String(l); td.dataset.head = String(h);
@@ -382,13 +509,36 @@ function heatTable(el, arr, fmt, onClick, selected) {
     }
   }
   el.innerHTML = ""; el.appendChild(table);
+  const legend = document.createElement("div");
+  legend.className = "legend";
+  const bar = document.createElement("canvas");
+  bar.width = 160; bar.height = 10;
+  drawBar(bar);
+  if (scale && scale.mark !== undefined && hi > lo) {  // e.g. the value uniform attention gives
+    const x = Math.round(159 * Math.min(Math.max((scale.mark - lo) / (hi - lo), 0), 1));
+    const ctx = bar.getContext("2d");
+    ctx.fillStyle = "#00e5ff"; ctx.fillRect(Math.max(0, x - 1), 0, 3, 10);
+  }
+  const left = document.createElement("span"), right = document.createElement("span");
+  left.textContent = fmt(lo); right.textContent = fmt(hi);
+  legend.append(left, bar, right);
+  if (scale && scale.markLabel) {
+    const mark = document.createElement("span");
+    mark.className = "mark"; mark.textContent = scale.markLabel;
+    legend.appendChild(mark);
+  }
+  legend.dataset.lo = String(lo); legend.dataset.hi = String(hi);
+  el.appendChild(legend);
 }
 
 async function loadStats() {
   const r = await api("/api/stats", { image: S.view.image });
   S.stats = r;
-  heatTable($("entropy-table"), decode(r.entropy), (v) => v.toFixed(2), showHead);
-  heatTable($("distance-table"), decode(r.distance), (v) => v.toFixed(1), showHead);
+  heatTable($("entropy-table"), decode(r.entropy), (v) => v.toFixed(2), showHead,
+    { lo: 0, hi: r.max_entropy, mark: r.max_entropy, markLabel: `bright = uniform rows (${r.max_entropy.toFixed(2)} nats)` });
+  const distance = decode(r.distance);
+  heatTable($("distance-table"), distance, (v) => v.toFixed(1), showHead,
+    { lo: 0, hi: Math.max(range(distance.data).hi, r.uniform_distance), mark: r.uniform_distance, markLabel: `cyan tick = uniform attention (${r.uniform_distance.toFixed(1)} px)` });
   $("entropy-caption").textContent = `attention entropy (nats; uniform rows: ${r.max_entropy.toFixed(2)})`;
   $("distance-caption").textContent = `mean attention distance (pixels; uniform attention: ${r.uniform_distance.toFixed(1)})`;
   const names = S.model.prefix_tokens, p = names.length, gw = S.model.grid[1];
@@ -400,19 +550,45 @@ async function loadStats() {
 }
 
 // ------------------------------------------------------------------------------ causal
-async function runCausal() {
+function importanceScale(arr) {  // symmetric around 0: the colour of "no effect" is fixed
+  const { lo, hi } = range(arr.data), m = Math.max(Math.abs(lo), Math.abs(hi)) || 1;
+  return { lo: -m, hi: m, mark: 0, markLabel: "cyan tick = no effect (0)" };
+}
+
+function spearman(a, b) {  // rank correlation of two equal-length arrays
+  const rank = (x) => { const o = [...x.keys()].sort((i, j) => x[i] - x[j]); const r = new Array(x.length); o.forEach((i, k) => { r[i] = k; }); return r; };
+  const ra = rank(a), rb = rank(b), n = a.length, mean = (n - 1) / 2;
+  let num = 0, da = 0, db = 0;
+  for (let i = 0; i < n; i++) { num += (ra[i] - mean) * (rb[i] - mean); da += (ra[i] - mean) ** 2; db += (rb[i] - mean) ** 2; }
+  return num / Math.sqrt(da * db || 1);
+}
+
+async function runCausal() {  // the logit lens and the linear estimate: one forward, one backward
   if (!S.view) return;
-  status("zeroing each head in turn ...");
   const r = await api("/api/causal", { image: S.view.image, target: $("target").value, measure: $("measure").value });
   S.causal = r;
-  const name = S.model.classes[r.target];
-  plotCurves($("lens-plot"), [{ title: `p(${name}) after each layer`, xlabel: "layer",
+  const name = className(r.target), L = r.lens_prob.length;
+  const every = Math.max(1, Math.ceil(L / 12));
+  const xticks = [...Array(L).keys()].filter((l) => l % every === 0 || l === L - 1).map((l) => [L > 1 ? l / (L - 1) : 0, String(l)]);
+  plotCurves($("lens-plot"), [{ title: `p(${name}) read out after each layer`, xlabel: "layer", ylabel: "probability", xticks,
     series: [{ name: "logit lens", ys: r.lens_prob, colour: "#2962ff" }] }]);
   const formed = r.lens_top.findIndex((c, i) => r.lens_top.slice(i).every((d) => d === r.target));
   $("lens-text").textContent = `Top class after each layer: ${r.lens_top_names.join(", ")}. ` +
     (formed >= 0 ? `${name} is the top class from layer ${formed} on.` : `${name} never becomes the top class.`);
-  heatTable($("importance-table"), decode(r.importance), (v) => v.toFixed(2), showHead);
-  status("");
+  const estimate = decode(r.importance);
+  heatTable($("importance-table"), estimate, (v) => v.toFixed(2), showHead, importanceScale(estimate));
+  $("importance-caption").textContent = `head importance for ${name}, linear estimate (attribution patching: the gradient times each head's output, one forward and one backward): the ${r.measure} lost if the head were zeroed. Click a cell for its map; "exact" ablates each head.`;
+  $("causal-exact").disabled = false;
+  $("exact-table").innerHTML = ""; $("exact-text").textContent = "";
+}
+
+async function runExact() {  // the exact ablation as a job: one forward per layer
+  if (!S.view || !S.causal) return;
+  const r = await runJob("importance", { image: S.view.image, target: S.causal.target, measure: S.causal.measure }, "causal");
+  if (!r) return;
+  const exact = decode(r.importance), estimate = decode(S.causal.importance);
+  heatTable($("exact-table"), exact, (v) => v.toFixed(2), showHead, importanceScale(exact));
+  $("exact-text").textContent = `exact: each head zeroed in turn. Rank correlation with the linear estimate: ${spearman([...exact.data], [...estimate.data]).toFixed(2)}.`;
 }
 
 // ------------------------------------------------------------------------------ export
@@ -424,10 +600,44 @@ function settings() {
     residual: Number($("residual").value), discard_ratio: Number($("discard").value), rollout_fusion: $("fusion").value,
     opacity: Number($("opacity").value), patch_grid: $("show-grid").checked, box: $("show-box").checked,
     faithfulness_method: $("faith-method").value, measure: $("measure").value,
+    colour_scale: $("scale").value,
+    // an uploaded image travels with its settings (as the model sees it), so they work in
+    // any later session; a sample is named by its number
+    picture: S.sampleId === null && PICTURE ? PICTURE.toDataURL("image/png") : null,
   };
 }
 
+function checkSettings(s) {  // what a settings file may hold; a message for anything else
+  const m = S.model, problems = [];
+  const int = (v, lo, hi) => Number.isInteger(v) && v >= lo && v <= hi;
+  if (typeof s !== "object" || s === null || s.vitkit_explore !== 1) return ["it is not a settings file of vitkit explore (no \"vitkit_explore\": 1)"];
+  if (s.layer !== undefined && !int(s.layer, 0, m.depth - 1)) problems.push(`layer ${JSON.stringify(s.layer)} does not exist (0..${m.depth - 1})`);
+  const heads = [...Array(m.heads).keys()].map(String).concat(m.fusions);
+  if (s.head !== undefined && !heads.includes(String(s.head))) problems.push(`head ${JSON.stringify(s.head)} does not exist (0..${m.heads - 1}, or ${m.fusions.join(", ")})`);
+  if (s.sample !== null && s.sample !== undefined && !int(s.sample, 0, m.samples.length - 1)) problems.push(`sample ${JSON.stringify(s.sample)} does not exist (0..${m.samples.length - 1})`);
+  const tokens = m.prefix_tokens.length + m.grid[0] * m.grid[1];
+  if (s.query_token !== null && s.query_token !== undefined && !int(s.query_token, 0, tokens - 1)) problems.push(`query token ${JSON.stringify(s.query_token)} does not exist (0..${tokens - 1})`);
+  if (s.target && !int(Number(s.target), 0, m.classes.length - 1)) problems.push(`class ${JSON.stringify(s.target)} does not exist (0..${m.classes.length - 1})`);
+  for (const [key, lo, hi] of [["residual", 0, 1], ["discard_ratio", 0, 0.95], ["opacity", 0, 1]]) {
+    if (s[key] !== undefined && !(typeof s[key] === "number" && s[key] >= lo && s[key] <= hi)) problems.push(`${key} ${JSON.stringify(s[key])} is not a number in ${lo}..${hi}`);
+  }
+  for (const [key, allowed] of [["fusion_column", ["", "mean", "max", "min"]], ["rollout_fusion", ["mean", "max", "min"]], ["measure", ["logit", "prob"]], ["colour_scale", ["map", "shared"]]]) {
+    if (s[key] !== undefined && s[key] !== null && !allowed.includes(s[key])) problems.push(`${key} ${JSON.stringify(s[key])} is not one of ${allowed.join(", ")}`);
+  }
+  if (s.method && !m.applicable.includes(s.method)) problems.push(`method ${JSON.stringify(s.method)} does not apply to this model (${m.applicable.join(", ")})`);
+  if (s.faithfulness_method && !m.applicable.includes(s.faithfulness_method)) problems.push(`faithfulness method ${JSON.stringify(s.faithfulness_method)} does not apply to this model`);
+  return problems;
+}
+
+async function pictureBlob(dataUrl) {  // a settings file's picture -> PNG bytes
+  if (typeof dataUrl !== "string" || !dataUrl.startsWith("data:image/png;base64,")) throw new Error("the settings' picture is not a PNG data URL");
+  return new Blob([Uint8Array.from(atob(dataUrl.split(",", 2)[1]), (c) => c.charCodeAt(0))], { type: "image/png" });
+}
+
 async function applySettings(s) {
+  const problems = checkSettings(s);
+  if (problems.length) { status(`cannot apply these settings: ${problems.join("; ")}`, true); return; }
+  $("scale").value = s.colour_scale || "map";
   $("fusion-column").value = s.fusion_column || ""; $("target").value = s.target || "";
   $("residual").value = s.residual ?? 0.5; $("discard").value = s.discard_ratio ?? 0;
   $("fusion").value = s.rollout_fusion || "mean"; $("opacity").value = s.opacity ?? 0.6;
@@ -437,7 +647,10 @@ async function applySettings(s) {
   S.keepTarget = true;
   try {
     if (s.sample !== null && s.sample !== undefined) await pickSample(String(s.sample));
-    else if (s.image) { const v = await api("/api/view", { image: s.image }); v.label = "image"; await showView(v); }
+    else if (s.picture) {  // the image itself: works in any session of this model
+      const v = await api("/api/image", {}, { method: "POST", body: await pictureBlob(s.picture), headers: { "Content-Type": "application/octet-stream" } });
+      v.label = "the settings' image"; S.sampleId = null; $("samples").value = ""; await showView(v);
+    } else if (s.image) { const v = await api("/api/view", { image: s.image }); v.label = "image"; await showView(v); }
   } finally { S.keepTarget = false; }
   showHead(s.layer ?? 0, s.head ?? "0");
   if (s.method && S.methods[s.method] && s.overlay === "method") selectMethod(s.method);
@@ -470,6 +683,7 @@ async function start() {
     optgroup.appendChild(new Option(s.label, String(s.id)));
   }
   fitCanvas($("main"), 448);
+  drawBar($("main-bar"));
   for (const id of ["token-row", "token-rollout"]) fitCanvas($(id), 224);
   buildMethods();
 
@@ -503,12 +717,17 @@ async function start() {
   });
   for (const id of ["show-grid", "show-box", "opacity"]) $(id).addEventListener("input", drawMain);
   for (const id of ["residual", "discard"]) $(id).addEventListener("input", syncOutputs);
-  for (const id of ["residual", "discard", "fusion", "target"]) $(id).addEventListener("change", () => quietly(loadMethods()));
+  // each setting re-fetches only the maps that depend on it
+  $("target").addEventListener("change", () => quietly(loadMethods(withGradients())));
+  $("residual").addEventListener("change", () => quietly(loadMethods(using("residual"))));
+  $("discard").addEventListener("change", () => quietly(loadMethods(using("discard_ratio"))));
+  $("fusion").addEventListener("change", () => quietly(loadMethods(using("head_fusion"))));
+  $("scale").addEventListener("change", () => { drawMosaic(); drawMain(); });
   $("faith-run").addEventListener("click", () => quietly(runFaithfulness()));
-  $("causal-run").addEventListener("click", async () => {
-    $("causal-run").disabled = true;  // one at a time: each is many forwards of the model
-    try { await quietly(runCausal()); } finally { $("causal-run").disabled = !m.has_classifier; }
-  });
+  $("causal-run").addEventListener("click", () => quietly(runCausal()));
+  $("causal-exact").addEventListener("click", () => quietly(runExact()));
+  $("faith-cancel").addEventListener("click", () => quietly(cancelJob("faith")));
+  $("causal-cancel").addEventListener("click", () => quietly(cancelJob("causal")));
   $("export-png").addEventListener("click", () => {
     const c = $("main"), out = document.createElement("canvas");
     out.width = c.width; out.height = c.height + 24;

@@ -16,13 +16,13 @@ TOKEN = "test-token-0123456789"
 
 
 @contextlib.contextmanager
-def serve(explorer, images=None, audit=None, **options):
+def serve(explorer, images=None, audit=None, compare=None, **options):
     """Serve ``explorer`` (with the samples of ``images`` and ``audit`` folders); yields the
     base URL (http://127.0.0.1:PORT)."""
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
     app = create_app(explorer, token=TOKEN, host="127.0.0.1", port=port,
-                     samples=sample_table(images, audit), **options)
+                     samples=sample_table(images, audit), compare=compare, **options)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, kwargs=dict(sockets=[sock]), daemon=True)
     thread.start()

@@ -350,7 +350,7 @@ def test_the_rule_table_names_every_check_once():
 
     names = [r.name for r in RULES]
     assert len(names) == len(set(names))
-    assert {r.looks_at for r in RULES} == {"model", "run", "maps", "computed", "norms"}
+    assert {r.looks_at for r in RULES} == {"model", "run", "maps", "computed", "norms", "audit"}
     assert runs.SMALL_DATA == 100_000 and maps.UNIFORM == 0.95
 
 

@@ -9,6 +9,7 @@ Content-Security-Policy, with no error in the console.
 
 import base64
 import contextlib
+import copy
 import hashlib
 import io
 import json
@@ -473,4 +474,72 @@ def test_a_narrow_window_does_not_scroll_sideways_and_captions_name_a_class_once
         page.click("#method-chefer canvas")
         text = page.text_content("#overlay-title") + page.text_content("#methods")
         assert "class class" not in text
+        assert not problems, problems
+
+
+def test_compare_two_images_two_classes_and_two_checkpoints(page_at):
+    a = model()
+    b = copy.deepcopy(a)
+    with torch.no_grad():  # "after fine-tuning": the same architecture, other weights
+        for p in b.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    with page_for(page_at, Explorer(a), compare=Explorer(b, name="tuned")) as (page, problems):
+        pick_digit(page)
+        page.locator("#mosaic canvas[data-layer='1'][data-head='2']").click()
+        # another image: the same head of the same layer, on one scale
+        page.select_option("#compare-kind", "image")
+        other = page.evaluate("S.model.samples.filter(s => s.group.startsWith('cluttered'))[1].id")
+        page.select_option("#compare-sample", str(other))
+        until(page, "document.getElementById('compare-note').textContent.includes('one colour')")
+        assert "layer 1, head 2" in page.text_content("#compare-b-caption")
+        assert pixels(page, "compare-a") != pixels(page, "compare-b")
+        # another class: Chefer for the predicted class and for class 3
+        page.click("#method-chefer canvas")
+        page.select_option("#compare-kind", "class")
+        page.select_option("#compare-class", "3")
+        until(page, "document.getElementById('compare-b-caption').textContent.includes('class 3')")
+        assert pixels(page, "compare-a") != pixels(page, "compare-b")
+        # the second checkpoint: the same image through the other weights
+        page.locator("#mosaic canvas[data-layer='2'][data-head='1']").click()
+        page.select_option("#compare-kind", "model")
+        until(page, "document.getElementById('compare-b-caption').textContent.includes('tuned')")
+        assert pixels(page, "compare-a") != pixels(page, "compare-b")
+        assert not problems, problems
+    # the same checkpoint on both sides: the same picture, pixel for pixel
+    with page_for(page_at, Explorer(a), compare=Explorer(copy.deepcopy(a), name="same")) as (
+            page, problems):
+        pick_digit(page)
+        page.locator("#mosaic canvas[data-layer='2'][data-head='1']").click()
+        page.select_option("#compare-kind", "model")
+        until(page, "document.getElementById('compare-b-caption').textContent.includes('same')")
+        assert pixels(page, "compare-a") == pixels(page, "compare-b")
+
+
+def test_the_report_export_is_one_page_with_everything_shown(page_at, tmp_path):
+    with page_for(page_at, Explorer(model())) as (page, problems):
+        pick_digit(page)
+        page.select_option("#faith-method", "rollout")
+        page.click("#faith-run")
+        until(page, "document.getElementById('faith-text').textContent.includes('AUC')")
+        page.click("#causal-run")
+        until(page, "document.querySelectorAll('#importance-table td').length > 0")
+        idle(page)
+        with page.expect_download() as report:
+            page.click("#export-html")
+        path = tmp_path / "report.html"
+        path.write_bytes(Path(report.value.path()).read_bytes())
+        html = path.read_text()
+        assert "http://" not in html.replace("http://www.w3.org", "")  # nothing fetched
+        viewer = page.context.browser.new_page()
+        viewer.goto(path.as_uri())
+        cells = page.evaluate("S.model.depth * S.model.heads")
+        assert viewer.locator("#mosaic img").count() == cells
+        images = viewer.evaluate("[...document.images].map(i => i.complete && i.naturalWidth)")
+        assert len(images) >= cells + 4 and all(images)  # every picture decodes
+        body = viewer.inner_text("body")
+        for part in ("Prediction", "Layers x heads", "Methods", "deletion AUC", "attention "
+                     "entropy", "head importance", "logit lens", "colour scale"):
+            assert part in body, part
+        assert viewer.locator("table").count() >= 3
+        viewer.close()
         assert not problems, problems

@@ -60,3 +60,19 @@ def test_a_busy_port_is_a_message(checkpoint, capsys):
         busy.close()
     err = capsys.readouterr().err
     assert code == 2 and "cannot listen on 127.0.0.1" in err and "--port 0" in err
+
+
+def test_a_comparison_checkpoint_of_another_architecture_is_a_message(checkpoint, tmp_path,
+                                                                      capsys):
+    other = tmp_path / "micro.safetensors"
+    vitkit.save_model(vitkit.create_model("vit_micro_patch4_32", num_classes=3), other)
+    code = main(["explore", "--checkpoint", str(checkpoint), "--compare-checkpoint", str(other),
+                 "--port", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "same architecture" in err and "depth" in err
+
+
+def test_an_audit_folder_that_is_not_one_is_a_message(checkpoint, tmp_path, capsys):
+    code = main(["explore", "--audit", str(tmp_path), "--port", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "is not a finished audit folder" in err

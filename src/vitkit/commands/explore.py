@@ -11,6 +11,7 @@ from pathlib import Path
 
 from vitkit.checkpoints import load_model
 from vitkit.errors import VitkitError
+from vitkit.web.checks import same_architecture
 from vitkit.web.samples import read_audit, sample_table
 from vitkit.web.session import Explorer
 
@@ -37,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "serves every interface, protected by the token alone)")
     p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: any free)")
     p.add_argument("--images", default=None, help="a folder of images offered as samples")
+    p.add_argument("--compare-checkpoint", default=None,
+                   help="a second checkpoint of the same architecture (e.g. before fine-tuning), "
+                        "shown beside the first in the compare panel")
     p.add_argument("--audit", default=None,
                    help="an audit folder (vitkit audit --out): its flags, ranked images and "
                         "clusters as samples; its checkpoint unless --checkpoint is given")
@@ -98,11 +102,17 @@ def run(args: argparse.Namespace) -> None:
     explorer = Explorer(model, cache_mb=args.cache_mb,
                         max_pixels=int(args.max_megapixels * 1e6), name=Path(checkpoint).name)
     samples = sample_table(args.images, args.audit)
+    compare = None
+    if args.compare_checkpoint is not None:
+        other = load_model(args.compare_checkpoint, verbose=False)
+        same_architecture(model.cfg, other.cfg)
+        compare = Explorer(other, cache_mb=args.cache_mb, name=Path(args.compare_checkpoint).name,
+                           max_pixels=int(args.max_megapixels * 1e6))
     sock = bind(args.host, args.port)
     port = sock.getsockname()[1]
     token = secrets.token_urlsafe(24)
     app = create_app(explorer, token=token, host=args.host, port=port, samples=samples,
-                     max_body=int(args.max_upload_mb * 2**20))
+                     max_body=int(args.max_upload_mb * 2**20), compare=compare)
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
     shown = f"[{shown}]" if ":" in shown else shown
     print(f"vitkit explore: {explorer.name} ({explorer.depth} layers x {explorer.heads} heads, "

@@ -36,9 +36,9 @@ __all__ = ["RULES", "Finding", "Rule", "diagnose", "diagnose_run", "start_of_run
 @dataclass(frozen=True)
 class Rule:
     """One check: what it looks at ("model" weights, "run", "maps", "computed" maps of an
-    image, token "norms") and where its function ``(subject, context) -> Finding |
-    list[Finding] | None`` lives ("module:function"), imported when first run: the map checks
-    need torch, which a run folder or a vitkit checkpoint never has to import."""
+    image, token "norms", an "audit" folder) and where its function ``(subject, context) ->
+    Finding | list[Finding] | None`` lives ("module:function"), imported when first run: the
+    map checks need torch, which a run folder or a vitkit checkpoint never has to import."""
 
     name: str
     looks_at: str

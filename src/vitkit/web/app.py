@@ -195,14 +195,16 @@ def add_assets(app: FastAPI) -> None:
 
 
 def create_app(explorer: Explorer, *, token: str, host: str = "127.0.0.1", port: int = 8765,
-               samples: list[Sample] | None = None, max_body: int = 20 * 2**20) -> Guard:
+               samples: list[Sample] | None = None, max_body: int = 20 * 2**20,
+               compare: Explorer | None = None) -> Guard:
     """The explorer app (an ASGI app) for ``explorer``, guarded by ``token`` and bound to
-    ``host:port``; ``max_body`` caps request bodies in bytes."""
+    ``host:port``; ``max_body`` caps request bodies in bytes; ``compare``: a second checkpoint
+    of the same architecture, asked with ``model=b``."""
     app = FastAPI(title="vitkit explore", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_exception_handler(VitkitError, _library_error)
     app.add_exception_handler(ValueError, _value_error)
     app.add_exception_handler(RequestValidationError, _bad_request)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     add_assets(app)
-    add_routes(app, explorer, samples or [])
+    add_routes(app, explorer, samples or [], compare)
     return Guard(app, token=token, hosts=allowed_hosts(host, port), max_body=max_body)

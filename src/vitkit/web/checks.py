@@ -124,3 +124,18 @@ def measure_name(measure: str) -> str:
         raise VitkitError(f"measure must be one of {', '.join(causal.MEASURES)}, got "
                           f"{measure!r}")
     return measure
+
+
+ARCHITECTURE = ("depth", "num_heads", "embed_dim", "patch_size", "img_size", "pool",
+                "class_token", "num_reg_tokens", "distilled")
+
+
+def same_architecture(a, b) -> None:
+    """Refuse a comparison checkpoint whose architecture differs from the explored one's (the
+    views compare layer by layer and head by head)."""
+    differ = [f"{k} {getattr(a, k, None)!r} vs {getattr(b, k, None)!r}" for k in ARCHITECTURE
+              if getattr(a, k, None) != getattr(b, k, None)]
+    if differ:
+        raise VitkitError("--compare-checkpoint must have the same architecture as --checkpoint "
+                          "(the views compare layer by layer and head by head); they differ in "
+                          + ", ".join(differ))

@@ -8,6 +8,8 @@ page decodes them into typed arrays. The picture travels the same way as uint8 v
 from __future__ import annotations
 
 import base64
+import contextvars
+import inspect
 from collections.abc import Callable
 
 import numpy as np
@@ -82,12 +84,46 @@ def load_sample(sample: Sample):
         raise VitkitError(f"cannot read sample {sample.label}: {err}") from err
 
 
+CURRENT: contextvars.ContextVar[Explorer] = contextvars.ContextVar("vitkit_explorer")
+
+
 class Api:
     """The API routes of ``explorer`` and the sample table ``samples``, as bound methods; see
-    :meth:`table` for their URLs."""
+    :meth:`table` for their URLs. With ``compare`` (a second checkpoint of the same
+    architecture), every route answers for it when the query says ``model=b``."""
 
-    def __init__(self, explorer: Explorer, samples: list[Sample]) -> None:
-        self.explorer, self.samples = explorer, samples
+    def __init__(self, explorer: Explorer, samples: list[Sample],
+                 compare: Explorer | None = None) -> None:
+        self.explorers = {"a": explorer, **({"b": compare} if compare is not None else {})}
+        self.samples = samples
+
+    @property
+    def explorer(self) -> Explorer:
+        """The explorer the current request asks (``model=a``, the default, or ``b``)."""
+        return CURRENT.get()
+
+    def _choose(self, request: Request) -> None:
+        name = request.query_params.get("model", "a")
+        if name not in self.explorers:
+            raise BadQuery(f"model must be a (the checkpoint) or b (--compare-checkpoint), got "
+                           f"{name!r}" + ("" if "b" in self.explorers else
+                                          "; this server has no second checkpoint"))
+        CURRENT.set(self.explorers[name])
+
+    def _bind(self, handler: Callable) -> Callable:
+        """``handler`` with the request's explorer chosen first (sync or async alike)."""
+        args = (lambda request: (request,)) if inspect.signature(handler).parameters else (
+            lambda request: ())
+        if inspect.iscoroutinefunction(handler):
+            async def bound(request: Request):
+                self._choose(request)
+                return await handler(*args(request))
+        else:
+            def bound(request: Request):
+                self._choose(request)
+                return handler(*args(request))
+        bound.__name__ = handler.__name__
+        return bound
 
     def table(self) -> list[tuple[str, str, Callable]]:
         """(HTTP method, URL, handler) of every route."""
@@ -114,7 +150,9 @@ class Api:
     # ------------------------------------------------------------------------ images in
     def model_info(self) -> dict:
         samples = [dict(id=i, group=s.group, label=s.label) for i, s in enumerate(self.samples)]
-        return {**self.explorer.info(), "samples": samples}
+        compare = self.explorers.get("b")
+        return {**self.explorer.info(), "samples": samples,
+                "compare": compare.name if compare is not None else None}
 
     async def upload(self, request: Request) -> dict:
         data = await uploaded_bytes(request)
@@ -170,9 +208,10 @@ class Api:
         view = self._view(q)
         steps = q.integer("steps", 16, lo=2, hi=64)
         method, target, options = q.text("method", "rollout"), q.integer("target"), map_options(q)
+        explorer = self.explorer  # a job runs on the worker thread: bind the request's now
 
         def answer(progress=None) -> dict:
-            r = self.explorer.faithfulness(view, method, target, steps, progress=progress,
+            r = explorer.faithfulness(view, method, target, steps, progress=progress,
                                            **options)
             curves = ("fractions", "deletion", "insertion", "deletion_auc", "insertion_auc")
             verdicts = ("percentile", "p_value", "random_maps", "randomisation",
@@ -206,8 +245,10 @@ class Api:
                     lens_top_names=c["lens_top_names"])
 
     def _importance(self, view: View, target, measure) -> Callable[..., dict]:
+        explorer = self.explorer
+
         def answer(progress=None) -> dict:
-            c = self.explorer.exact_importance(view, target, measure, progress)
+            c = explorer.exact_importance(view, target, measure, progress)
             return dict(target=c["target"], measure=c["measure"],
                         importance=encode(c["importance"]), importance_kind="exact")
         return answer
@@ -257,7 +298,10 @@ class Api:
             "content-disposition": f'attachment; filename="vitkit-{view.id[:8]}.npz"'})
 
 
-def add_routes(app: FastAPI, explorer: Explorer, samples: list[Sample]) -> None:
-    """Add every API route of ``explorer`` and ``samples`` to ``app``."""
-    for method, url, handler in Api(explorer, samples).table():
-        app.add_api_route(url, handler, methods=[method])
+def add_routes(app: FastAPI, explorer: Explorer, samples: list[Sample],
+               compare: Explorer | None = None) -> None:
+    """Add every API route of ``explorer`` (and of ``compare``, with ``model=b``) and
+    ``samples`` to ``app``."""
+    api = Api(explorer, samples, compare)
+    for method, url, handler in api.table():
+        app.add_api_route(url, api._bind(handler), methods=[method])

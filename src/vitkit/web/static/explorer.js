@@ -177,6 +177,68 @@ function drawMain() {
   drawFigure($("main"), map, { grid: $("show-grid").checked, box: $("show-box").checked, patch, scale });
   showScale(map, scale, scale ? "colour: one scale over every layer and head" : "colour: this map's own minimum to maximum");
   $("overlay-title").textContent = S.overlay ? S.overlay.title : (S.view ? S.view.label : "no image yet");
+  if ($("compare-kind").value) quietly(updateCompare());
+}
+
+// ------------------------------------------------------------------------------ compare
+// B: another image (a sample), another class (the method's map for it), or the second
+// checkpoint (the same image through --compare-checkpoint, asked with model=b). Both sides
+// are drawn on one colour scale, so equal values look equal.
+const CMP = { key: null, view: null, picture: null };
+
+async function compareView(kind) {  // B's analysed image: {image, heads, picture, label}
+  const key = kind === "image" ? `image:${$("compare-sample").value}` : kind === "model" ? `model:${S.view.image}` : `same:${S.view.image}`;
+  if (CMP.key === key) return CMP.view;
+  let v;
+  if (kind === "image") {
+    if ($("compare-sample").value === "") return null;
+    v = await api("/api/sample", { id: $("compare-sample").value }, { method: "POST" });
+  } else if (kind === "model") {
+    const png = await new Promise((r) => PICTURE.toBlob(r, "image/png"));  // the picture the model saw
+    v = await api("/api/image", { model: "b" }, { method: "POST", body: png, headers: { "Content-Type": "application/octet-stream" } });
+    v.label = `${S.model.compare}`;
+  } else {
+    v = S.view;
+  }
+  CMP.key = key; CMP.view = Object.assign({}, v, { headsArr: decode(v.heads) });
+  CMP.picture = pictureCanvas(v.picture);
+  return CMP.view;
+}
+
+async function updateCompare() {
+  const kind = $("compare-kind").value;
+  for (const id of ["compare-a", "compare-b"]) { const c = $(id); c.getContext("2d").clearRect(0, 0, c.width, c.height); }
+  $("compare-a-caption").textContent = $("compare-b-caption").textContent = $("compare-note").textContent = "";
+  if (!kind || !S.view || !S.overlay) return;
+  if (kind === "class" && S.overlay.kind !== "method") { $("compare-note").textContent = "pick a method's map: the attention of a head does not depend on the class"; return; }
+  const v = await compareView(kind);
+  if (!v) { $("compare-note").textContent = "pick the image to compare with"; return; }
+  const [gh, gw] = S.model.grid;
+  let mapB, what;
+  if (S.overlay.kind === "head" && !["mean", "max", "min"].includes(String(S.head))) {
+    const H = S.model.heads;
+    mapB = slice2d(v.headsArr, (S.layer * H + Number(S.head)) * gh * gw, gh, gw);
+    what = `layer ${S.layer}, head ${S.head}`;
+  } else {
+    const method = S.overlay.kind === "method" ? S.selectedMethod : "cls";
+    const params = Object.assign({}, methodParams(), { image: v.image, method });
+    if (kind === "model") params.model = "b";
+    if (kind === "class") params.target = $("compare-class").value;
+    const r = await api("/api/method", params);
+    mapB = { data: decode(r.map).data, h: gh, w: gw };
+    what = r.target === null ? method : `${method} for ${className(r.target)}`;
+  }
+  const a = range(S.overlay.map.data), b = range(mapB.data);
+  const scale = { lo: Math.min(a.lo, b.lo), hi: Math.max(a.hi, b.hi) };
+  drawFigure($("compare-a"), S.overlay.map, { box: false, scale });
+  const saved = PICTURE;
+  PICTURE = CMP.picture;  // draw B over its own picture
+  try { drawFigure($("compare-b"), mapB, { box: false, scale }); } finally { PICTURE = saved; }
+  const side = { image: `image: ${v.label || v.image}`, class: `class: ${$("compare-class").selectedOptions[0].textContent}`, model: `checkpoint: ${S.model.compare}` }[kind];
+  $("compare-a-caption").textContent = `${S.overlay.title} (this map ${fmt(a.lo)} to ${fmt(a.hi)})`;
+  $("compare-b-caption").textContent = `${side}, ${what} (this map ${fmt(b.lo)} to ${fmt(b.hi)})`;
+  $("compare-note").textContent = `one colour scale for both: ${fmt(scale.lo)} (dark) to ${fmt(scale.hi)} (bright)`;
+  $("compare-panel").dataset.drawn = String(Date.now());
 }
 
 function className(i) {  // "class 7" for a model without names, never "class class 7"
@@ -229,6 +291,7 @@ function drawMosaic() {
 // ----------------------------------------------------------------------------- images
 async function showView(v) {
   S.view = v; S.query = null; S.methods = {}; S.selectedMethod = null; S.stats = null; S.causal = null;
+  if (CMP.key && !CMP.key.startsWith("image:")) CMP.key = null;  // the same image, or B of it: again
   if (!S.keepTarget) $("target").value = "";  // a new image: explain its own prediction
   PICTURE = pictureCanvas(v.picture);
   S.heads = decode(v.heads); S.fused = null; S.headRange = null;
@@ -592,6 +655,40 @@ async function runExact() {  // the exact ablation as a job: one forward per lay
 }
 
 // ------------------------------------------------------------------------------ export
+function escapeHtml(text) {
+  return String(text).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+}
+
+// One self-contained HTML page with everything as shown: the model, the image and its class,
+// the figure with its scale, the mosaic, the methods, the curves, the tables and the verdicts
+// (pictures inlined as PNG data, tables copied with their colours; nothing fetched).
+function reportHtml() {
+  const img = (canvas, alt) => `<img alt="${escapeHtml(alt)}" src="${canvas.toDataURL("image/png")}">`;
+  const text = (id) => escapeHtml($(id).textContent);
+  const section = (title, body) => body ? `<section><h2>${escapeHtml(title)}</h2>${body}</section>` : "";
+  const mosaic = [...document.querySelectorAll("#mosaic canvas")].map((c) => `<figure>${img(c, c.title)}<figcaption>${escapeHtml(c.title)}</figcaption></figure>`).join("");
+  const methods = [...document.querySelectorAll("#methods figure:not(.unavailable)")].filter((f) => S.methods[f.id.slice(7)])
+    .map((f) => `<figure>${img(f.querySelector("canvas"), f.id.slice(7))}<figcaption>${escapeHtml(f.querySelector("figcaption").textContent)}</figcaption></figure>`).join("");
+  const table = (id, caption) => $(id).innerHTML ? `<figure>${$(id).querySelector("table").outerHTML}<figcaption>${text(caption)} (${escapeHtml($(id).querySelector(".legend") ? $(id).querySelector(".legend").textContent : "")})</figcaption></figure>` : "";
+  const top = [...document.querySelectorAll("#top5 li")].map((li) => `<li>${escapeHtml(li.textContent)}</li>`).join("");
+  const faith = $("faith-text").textContent ? img($("faith-plot"), "faithfulness curves") + `<p>${text("faith-text")}</p>` : "";
+  const causal = S.causal ? `<figure>${img($("lens-plot"), "logit lens")}<figcaption>logit lens: the class's probability read out after each layer</figcaption></figure><p>${text("lens-text")}</p>` + table("importance-table", "importance-caption") + table("exact-table", "exact-text") : "";
+  return `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>vitkit explore report: ${escapeHtml(S.view.label || S.view.image)}</title>
+<style>body{font:14px/1.4 system-ui,sans-serif;max-width:1100px;margin:1em auto;padding:0 1em}figure{display:inline-block;margin:.3em;vertical-align:top}figcaption{font-size:.85em;max-width:320px}#mosaic img{width:64px}table{border-collapse:collapse;font-size:.75em}td,th{padding:1px 3px;text-align:right}</style></head><body>
+<h1>vitkit explore report</h1>
+<p id="model">${text("model-name")}</p>
+<p>Image: ${escapeHtml(S.view.label || S.view.image)} (id ${escapeHtml(S.view.image)}); class explained: ${escapeHtml($("target").value === "" ? "the prediction" : className(Number($("target").value)))}; made ${escapeHtml(new Date().toISOString())}.</p>
+${section("Prediction", `<ol>${top}</ol>`)}
+${section("The figure", `${img($("main"), "main figure")}<p>${text("overlay-title")}</p><p>${$("main-scale").hidden ? "" : `colour scale ${text("main-lo")} to ${text("main-hi")}: `}${text("main-note")}</p>`)}
+${section("Layers x heads", `<p>${text("mosaic-caption")}</p><div id="mosaic">${mosaic}</div>`)}
+${section("Methods", methods)}
+${section("How far to trust the map", faith)}
+${section("Per-head numbers", table("entropy-table", "entropy-caption") + table("distance-table", "distance-caption") + `<p>${text("outliers")}</p>`)}
+${section("Causal", causal)}
+<h2>Settings</h2><pre>${escapeHtml(JSON.stringify(Object.assign(settings(), { picture: undefined }), null, 2))}</pre>
+</body></html>`;
+}
+
 function settings() {
   return {
     vitkit_explore: 1, model: S.model.name, sample: S.sampleId, image: S.view ? S.view.image : null,
@@ -677,11 +774,18 @@ async function start() {
     $("query").add(new Option(`patch ${t} (row ${Math.floor(t / m.grid[1])}, col ${t % m.grid[1]})`, String(m.prefix_tokens.length + t)));
   }
   m.classes.forEach((n, i) => $("target").add(new Option(`${i}: ${n}`, String(i))));
-  let group = null, optgroup = null;
-  for (const s of m.samples) {
-    if (s.group !== group) { group = s.group; optgroup = document.createElement("optgroup"); optgroup.label = group; $("samples").appendChild(optgroup); }
-    optgroup.appendChild(new Option(s.label, String(s.id)));
+  for (const list of ["samples", "compare-sample"]) {
+    let group = null, optgroup = null;
+    for (const s of m.samples) {
+      if (s.group !== group) { group = s.group; optgroup = document.createElement("optgroup"); optgroup.label = group; $(list).appendChild(optgroup); }
+      optgroup.appendChild(new Option(s.label, String(s.id)));
+    }
   }
+  m.classes.forEach((n, i) => $("compare-class").add(new Option(`${i}: ${n}`, String(i))));
+  if (!m.compare) $("compare-kind").querySelector("option[value=model]").disabled = true;
+  if (!m.has_classifier) $("compare-kind").querySelector("option[value=class]").disabled = true;
+  for (const id of ["compare-a", "compare-b"]) fitCanvas($(id), 224);
+  for (const id of ["compare-kind", "compare-sample", "compare-class"]) $(id).addEventListener("change", () => quietly(updateCompare()));
   fitCanvas($("main"), 448);
   drawBar($("main-bar"));
   for (const id of ["token-row", "token-rollout"]) fitCanvas($(id), 224);
@@ -742,6 +846,10 @@ async function start() {
     if (!S.view) return;
     const r = await api("/api/export.npz", Object.assign({ image: S.view.image, method: S.selectedMethod || m.applicable[0] }, methodParams()), { raw: true });
     download(await r.blob(), `vitkit-explore-${S.view.image.slice(0, 8)}.npz`);
+  });
+  $("export-html").addEventListener("click", () => {
+    if (!S.view) { status("pick a sample or drop an image first", true); return; }
+    download(new Blob([reportHtml()], { type: "text/html" }), `vitkit-explore-${S.view.image.slice(0, 8)}.html`);
   });
   $("export-json").addEventListener("click", () =>
     download(new Blob([JSON.stringify(settings(), null, 2)], { type: "application/json" }), "vitkit-explore.json"));

@@ -12,7 +12,8 @@ the demo ViT. Times are from the user's action to the page having drawn the answ
 - causal: the logit lens and the linear head-importance estimate -> drawn; the exact ablation
   (a job) -> drawn.
 
-Each first view uses a fresh image; medians over --repeats. Usage:
+Each first view uses a fresh image; medians over --repeats (the two long jobs, faithfulness and
+the exact ablation, are run to the end on the first image only). Usage:
     python benchmarks/explore_latency.py [--repeats 3] [--demo runs/demo/vit/best.safetensors]
 Writes benchmarks/results/explore_latency.md.
 """
@@ -71,8 +72,13 @@ def digest(page, canvas: str) -> str:
     return page.evaluate(f"document.getElementById('{canvas}').toDataURL()")
 
 
-def one_image(page, path: Path, seed: int, times: dict) -> None:
-    add = lambda name, ms: times.setdefault(name, []).append(ms)  # noqa: E731
+def one_image(page, path: Path, seed: int, times: dict, slow: bool) -> None:
+    """Time one image's steps; ``slow``: let the faithfulness and exact-ablation jobs finish
+    (else the faithfulness job is cancelled once the click was timed)."""
+    def add(name: str, ms: float) -> None:
+        times.setdefault(name, []).append(ms)
+        print(f"    {name}: {ms:.0f} ms", file=sys.stderr, flush=True)
+
     start = time.perf_counter()
     page.set_input_files("#file", str(path))
     wait(page, f"S.view && S.view.label === '{path.name}' && "
@@ -82,27 +88,39 @@ def one_image(page, path: Path, seed: int, times: dict) -> None:
     add("full view (gradient methods too)", since(start))
 
     page.select_option("#faith-method", "rollout")  # a slow job holds the model ...
+    faith_started = page.evaluate("performance.now()")
     page.click("#faith-run")
     wait(page, "JOBS.faith !== undefined && !document.getElementById('faith-job').hidden")
     depth = page.evaluate("S.model.depth")
     before = digest(page, "main")
-    start = time.perf_counter()  # ... while the user clicks a head
-    page.locator(f"#mosaic canvas[data-layer='{seed % depth}'][data-head='1']").click()
-    while digest(page, "main") == before:
-        time.sleep(0.001)
-    add("head click while a job runs (figure redrawn)", since(start))
+    # ... while the user clicks a head: from the click to the next frame, timed in the page
+    add("head click while a job runs (figure redrawn)", page.evaluate(
+        """async (sel) => { const t = performance.now();
+           document.querySelector(sel).click();
+           await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+           return performance.now() - t; }""",
+        f"#mosaic canvas[data-layer='{seed % depth}'][data-head='1']"))
+    assert digest(page, "main") != before
     add("[CLS] map from the server while a job runs", page.evaluate(
         """async (layer) => { const t = performance.now();
            await api('/api/method', { image: S.view.image, method: 'cls', layer, head: 2 });
            return performance.now() - t; }""", (seed + 1) % depth))
     running = page.evaluate("JOBS.faith !== undefined")
-    start = time.perf_counter()
-    wait(page, "document.getElementById('faith-text').textContent.includes('AUC')")
     times.setdefault("(the job was still running during the click)", []).append(
         100.0 if running else 0.0)
-    add("faithfulness job (rollout, 16 steps), after the click", since(start))
+    if slow:
+        wait(page, "document.getElementById('faith-text').textContent.includes('AUC')")
+        add("faithfulness: the curves drawn (a first answer)", page.evaluate(
+            "performance.now()") - faith_started)
+        wait(page, "document.getElementById('faith-text').textContent.includes('random maps "
+                   "on deletion')")
+        add("faithfulness: the verdict (20 random maps, sanity checks)", page.evaluate(
+            "performance.now()") - faith_started)
+    else:
+        page.click("#faith-cancel")
+        wait(page, "document.getElementById('faith-job').hidden")
 
-    target = 1 + seed  # a class change: the gradient maps only
+    target = 1 + seed % (page.evaluate("S.model.classes.length") - 1)  # gradient maps only
     start = time.perf_counter()
     page.select_option("#target", str(target))
     name = page.evaluate(f"className({target})")
@@ -116,10 +134,12 @@ def one_image(page, path: Path, seed: int, times: dict) -> None:
     wait(page, "!document.getElementById('causal-exact').disabled && "
                "document.querySelectorAll('#importance-table td').length > 0")
     add("causal: logit lens + linear estimate", since(start))
-    start = time.perf_counter()
-    page.click("#causal-exact")
-    wait(page, "document.getElementById('exact-text').textContent.includes('Rank correlation')")
-    add("causal: exact ablation (job)", since(start))
+    if slow:
+        start = time.perf_counter()
+        page.click("#causal-exact")
+        wait(page, "document.getElementById('exact-text').textContent.includes('Rank "
+                   "correlation')")
+        add("causal: exact ablation (job)", since(start))
 
 
 def measure(browser, model, repeats: int) -> dict[str, float]:
@@ -130,9 +150,12 @@ def measure(browser, model, repeats: int) -> dict[str, float]:
         page.goto(f"{url}/?token={TOKEN}")
         wait(page, "document.body.dataset.ready === '1'")
         warm: dict = {}
-        one_image(page, photo(Path(tmp), 999), 999, warm)  # warm-up, not counted
+        print("  warm-up image", file=sys.stderr, flush=True)
+        one_image(page, photo(Path(tmp), 999), 999, warm, slow=False)  # warm-up, not counted
         for i in range(repeats):
-            one_image(page, photo(Path(tmp), i), i, times)
+            one_image(page, photo(Path(tmp), i), i, times, slow=i == 0)
+            print(f"  {model.cfg.extra.get('name', 'model')}: image {i + 1} of {repeats}",
+                  file=sys.stderr, flush=True)
         page.close()
     return {name: statistics.median(v) for name, v in times.items()}
 
@@ -159,7 +182,8 @@ def main() -> None:
     lines = ["# Explorer latency, as the page shows it", "",
              f"Machine: {machine()}; Chromium {version} driven by Playwright, server on "
              f"loopback (browser and server share the machine). Median of {args.repeats} "
-             "images; milliseconds from the user's action to the answer drawn on the page. "
+             "images (the two long jobs: the first image only); milliseconds from the user's "
+             "action to the answer drawn on the page. "
              "Made by `python benchmarks/explore_latency.py`.", "",
              "| step | goal | " + " | ".join(results) + " |",
              "|---|---|" + "---:|" * len(results)]

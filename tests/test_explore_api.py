@@ -498,7 +498,7 @@ def test_a_job_is_cancelled_and_a_newer_one_supersedes_it(explorer):
     started = threading.Event()
 
     def waiting(progress):
-        progress(0.25)
+        progress(0.25, {"curves": [1, 2]})  # a first part of the answer, shown at once
         started.set()
         hold.wait(10)
         progress(0.5)  # raises: cancelled meanwhile
@@ -507,6 +507,7 @@ def test_a_job_is_cancelled_and_a_newer_one_supersedes_it(explorer):
     job = jobs.submit("importance", waiting)
     assert started.wait(10)
     assert job.summary()["fraction"] == 0.25 and job.summary()["eta_s"] is not None
+    assert job.partial == {"curves": [1, 2]}
     jobs.cancel(job.id)
     hold.set()
     end = time.monotonic() + 10

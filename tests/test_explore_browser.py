@@ -164,7 +164,8 @@ def test_the_whole_page(page_at, tmp_path):
     page.select_option("#faith-method", "rollout")
     page.click("#faith-run")
     until(page, "document.getElementById('faith-text').textContent.includes('AUC')")
-    assert pixels(page, "faith-plot") != before
+    assert pixels(page, "faith-plot") != before  # the curves first, the verdict after
+    until(page, "document.getElementById('faith-text').textContent.includes('random maps on')")
     verdict = page.text_content("#faith-text")
     assert "random maps on deletion (p " in verdict and "Class sensitivity: fails" in verdict
 

@@ -3,7 +3,8 @@
 
 One worker thread runs the jobs one at a time, each under the explorer's model lock (the model
 and its hooks are shared). A job's function takes a ``progress(fraction)`` callback and calls
-it between its steps; the callback raises :class:`Cancelled` once the job was cancelled or
+it between its steps (with, optionally, a first part of the answer to show at once); the
+callback raises :class:`Cancelled` once the job was cancelled or
 superseded, so a cancel takes effect at the next step. Nothing here knows about HTTP.
 """
 
@@ -38,13 +39,18 @@ class Job:
     fraction: float = 0.0
     started: float | None = None
     result: object = None
+    partial: object = None  # what the job could already show, JSON-ready
     error: str = ""
     cancel: threading.Event = field(default_factory=threading.Event)
 
-    def progress(self, fraction: float) -> None:
+    def progress(self, fraction: float, partial: object = None) -> None:
+        """Record the fraction done (and a first part of the answer the page can show before
+        the rest); raise :class:`Cancelled` once the job was cancelled."""
         if self.cancel.is_set():
             raise Cancelled(self.id)
         self.fraction = min(max(float(fraction), 0.0), 1.0)
+        if partial is not None:
+            self.partial = partial
 
     @property
     def eta(self) -> float | None:

@@ -276,11 +276,15 @@ class Api:
         return job
 
     def job(self, request: Request) -> dict:
-        """The job's state, fraction done and seconds left; its result once done."""
+        """The job's state, fraction done and seconds left; its ``result`` once done, and
+        before that any ``partial`` answer it has (the faithfulness curves, before the random
+        maps and the sanity checks)."""
         job = self._job(Query(request.query_params))
         out = job.summary()
         if job.state == "done":
             out["result"] = job.result
+        elif job.partial is not None:
+            out["partial"] = job.partial
         return out
 
     def cancel_job(self, request: Request) -> dict:

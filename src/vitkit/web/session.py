@@ -274,15 +274,17 @@ class Explorer:
         """Deletion and insertion curves of ``method``'s map and of a random map, the map's
         rank among 20 random maps, and the model-randomisation and class-sensitivity checks
         (vitkit.explain.trust): the page's "how far to trust" verdict. ``progress(fraction)``
-        between the steps. A constant map (all zeros included) ranks no patch above another:
-        it gets no score, and the error says so."""
+        between the steps, the curves as a first part of the answer (``progress(fraction,
+        partial)``) before the 20 random maps and the sanity checks. A constant map (all
+        zeros included) ranks no patch above another: it gets no score, and the error says
+        so."""
         # torchvision (the train extra) blurs the inserted image: optional for the explorer
         from vitkit.explain import trust
         from vitkit.explain.metrics import deletion_insertion, random_maps
 
         if not self.has_classifier:
             raise VitkitError(checks.NO_HEAD)
-        tick = progress or (lambda fraction: None)
+        tick = progress or (lambda fraction, partial=None: None)
         shown = self.method_map(view, method, target, **options)
         if is_constant(shown.map):
             raise VitkitError(constant_note(method, shown.map))
@@ -294,7 +296,10 @@ class Explorer:
             maps = torch.cat([shown.map, random_maps(shown.map)])
             curves = deletion_insertion(self.model, view.x.expand(2, -1, -1, -1), maps,
                                         torch.tensor([cls, cls]), steps=steps)
-            tick(0.2)
+            tick(0.2, dict(target=cls, fractions=curves.fractions.tolist(),  # drawn at once
+                           deletion=curves.deletion.tolist(), insertion=curves.insertion.tolist(),
+                           deletion_auc=curves.deletion_auc.tolist(),
+                           insertion_auc=curves.insertion_auc.tolist()))
             floor = trust.random_floor(self.model, view.x, shown.map, shown.target,
                                        steps=steps)
             tick(0.45)

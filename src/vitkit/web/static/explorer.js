@@ -493,11 +493,11 @@ function plotCurves(canvas, panels) {
 // A slow answer runs on the server as a job: started, polled for its progress (a bar, the
 // time left and a cancel button under the panel), superseded by a newer one for the panel.
 const JOBS = {};  // panel -> the job id running for it
-async function runJob(kind, params, panel) {
+async function runJob(kind, params, panel, onPartial) {
   const box = $(`${panel}-job`), bar = box.querySelector("progress"), text = box.querySelector(".eta");
   let job = await api("/api/job", Object.assign({ kind }, params), { method: "POST" });
   JOBS[panel] = job.id;
-  box.hidden = false; box.dataset.state = job.state;
+  box.hidden = false; box.dataset.state = job.state; delete box.dataset.partial;
   try {
     while (job.state === "queued" || job.state === "running") {
       bar.value = job.fraction;
@@ -506,6 +506,7 @@ async function runJob(kind, params, panel) {
       await new Promise((r) => setTimeout(r, 150));
       if (JOBS[panel] !== job.id) return null;  // superseded: a newer job fills the panel
       job = await api("/api/job", { id: job.id });
+      if (job.partial && onPartial && !box.dataset.partial) { box.dataset.partial = "1"; onPartial(job.partial); }
     }
   } finally {
     if (JOBS[panel] === job.id) { box.hidden = true; box.dataset.state = job.state; delete JOBS[panel]; }
@@ -527,16 +528,23 @@ async function runFaithfulness() {
     $("faith-text").textContent = `the ${method} map is constant: it ranks no patch above another, so it gets no faithfulness score; pick another class or method`;
     return;
   }
-  const r = await runJob("faithfulness", Object.assign({ image: S.view.image }, methodParams(), { method }), "faith");
+  const draw = (r) => {
+    const series = (key) => [
+      { name: `${method} (AUC ${r[key + "_auc"][0].toFixed(3)})`, ys: r[key][0], xs: r.fractions, colour: "#d50000" },
+      { name: `random (AUC ${r[key + "_auc"][1].toFixed(3)})`, ys: r[key][1], xs: r.fractions, colour: "#757575" },
+    ];
+    plotCurves($("faith-plot"), [
+      { title: "deletion (lower is better)", series: series("deletion"), xlabel: "fraction of patches removed", ylabel: "p(class)" },
+      { title: "insertion (higher is better)", series: series("insertion"), xlabel: "fraction of patches revealed", ylabel: "p(class)" },
+    ]);
+  };
+  const first = (r) => {  // the curves, while the random maps and the checks still run
+    draw(r);
+    $("faith-text").textContent = `${method}, ${className(r.target)}: deletion AUC ${r.deletion_auc[0].toFixed(3)} (one random map ${r.deletion_auc[1].toFixed(3)}), insertion AUC ${r.insertion_auc[0].toFixed(3)}. The comparison with 20 random maps and the sanity checks are still running ...`;
+  };
+  const r = await runJob("faithfulness", Object.assign({ image: S.view.image }, methodParams(), { method }), "faith", first);
   if (!r) return;
-  const series = (key) => [
-    { name: `${method} (AUC ${r[key + "_auc"][0].toFixed(3)})`, ys: r[key][0], xs: r.fractions, colour: "#d50000" },
-    { name: `random (AUC ${r[key + "_auc"][1].toFixed(3)})`, ys: r[key][1], xs: r.fractions, colour: "#757575" },
-  ];
-  plotCurves($("faith-plot"), [
-    { title: "deletion (lower is better)", series: series("deletion"), xlabel: "fraction of patches removed", ylabel: "p(class)" },
-    { title: "insertion (higher is better)", series: series("insertion"), xlabel: "fraction of patches revealed", ylabel: "p(class)" },
-  ]);
+  draw(r);
   const beaten = Math.round(r.percentile * r.random_maps);
   const rand = r.randomisation, cls = r.class_sensitivity;
   const trusted = r.percentile >= 0.9 && rand.passes && cls.passes;

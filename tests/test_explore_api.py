@@ -461,6 +461,13 @@ def test_jobs_start_report_progress_finish_and_equal_the_direct_answer(client, e
     assert done["state"] == "done" and done["fraction"] == 1.0
     direct_answer = client.get("/api/faithfulness", params=params).json()
     assert done["result"] == direct_answer
+    job = client.post("/api/job", params=dict(kind="methods", image=image, target=4,
+                                              methods="chefer,gradcam")).json()
+    maps = wait_for(client, job["id"])["result"]
+    assert list(maps) == ["chefer", "gradcam"]
+    for name, answer in maps.items():
+        assert answer == client.get("/api/method", params=dict(image=image, method=name,
+                                                                 target=4)).json()
     job = client.post("/api/job", params=dict(kind="importance", image=image, target=2)).json()
     exact = wait_for(client, job["id"])["result"]
     x, _, _ = direct(explorer.model, png(7))

@@ -27,7 +27,7 @@ from vitkit.web.samples import Sample
 from vitkit.web.session import Explorer, View, constant_note, is_constant
 
 SEND_AN_IMAGE = "send an image first (POST /api/image)"
-JOB_KINDS = ("faithfulness", "importance")
+JOB_KINDS = ("faithfulness", "importance", "methods")
 WHICH_TOKEN = "which token's row (0 = the first prefix token, then the patches row by row)"
 
 
@@ -51,6 +51,19 @@ def view_answer(explorer: Explorer, view: View, label: str) -> dict:
         image=view.id, label=label, top=explorer.top(view),
         predicted=int(view.logits.argmax()), box=list(view.box) if view.box else None,
         picture=encode_picture(view.picture), heads=encode(explorer.model_view(view)))
+
+
+def method_answer(explorer: Explorer, view: View, method: str, target, options: dict) -> dict:
+    """A method's map for the page: the map, the class it explains, its range, and whether it
+    is constant (with the note that says so)."""
+    shown = explorer.method_map(view, method, target, **options)
+    explained = explorer.explained_class(shown)
+    name = explorer.class_names()[explained] if explained is not None else None
+    m = shown.map[0]
+    constant = is_constant(m)
+    return dict(method=shown.method, target=explained, target_name=name, map=encode(m),
+                lo=float(m.min()), hi=float(m.max()), constant=constant,
+                note=constant_note(shown.method, m) if constant else "")
 
 
 def map_options(q: Query) -> dict:
@@ -192,16 +205,25 @@ class Api:
 
     def method_map(self, request: Request) -> dict:
         q = Query(request.query_params)
-        view = self._view(q)
-        shown = self.explorer.method_map(view, q.text("method", "rollout"), q.integer("target"),
-                                         **map_options(q))
-        target = self.explorer.explained_class(shown)
-        name = self.explorer.class_names()[target] if target is not None else None
-        m = shown.map[0]
-        constant = is_constant(m)
-        return dict(method=shown.method, target=target, target_name=name, map=encode(m),
-                    lo=float(m.min()), hi=float(m.max()), constant=constant,
-                    note=constant_note(shown.method, m) if constant else "")
+        return method_answer(self.explorer, self._view(q), q.text("method", "rollout"),
+                             q.integer("target"), map_options(q))
+
+    def _methods(self, q: Query) -> Callable[..., dict]:
+        """The maps of several methods (``methods=a,b,c``) as a job: each one in the partial
+        answer as soon as it is computed."""
+        view, target, options = self._view(q), q.integer("target"), map_options(q)
+        names = [n for n in q.text("methods", missing="which methods (methods=chefer,gradcam)")
+                 .split(",") if n]
+        explorer = self.explorer
+
+        def answer(progress=None) -> dict:
+            done: dict = {}
+            for k, name in enumerate(names):
+                done[name] = method_answer(explorer, view, name, target, options)
+                if progress is not None:
+                    progress((k + 1) / len(names), dict(done))
+            return done
+        return answer
 
     def _faithfulness(self, q: Query, progress=None) -> Callable[[], dict]:
         """The faithfulness answer of query ``q``, as a function (run now or as a job)."""
@@ -256,12 +278,15 @@ class Api:
     # --------------------------------------------------------------------- background jobs
     def start_job(self, request: Request) -> dict:
         """Start ``kind`` (faithfulness: the query of /api/faithfulness; importance: the exact
-        head ablation, the query of /api/causal) in the background; a newer job of the same
+        head ablation, the query of /api/causal; methods: several maps, the query of
+        /api/method with ``methods=a,b``) in the background; a newer job of the same
         kind supersedes it. Answers the job's id and state; poll GET /api/job?id=."""
         q = Query(request.query_params)
         kind = q.choice("kind", JOB_KINDS)
         if kind == "faithfulness":
             run = self._faithfulness(q)
+        elif kind == "methods":
+            run = self._methods(q)
         else:
             run = self._importance(self._view(q), q.integer("target"),
                                    q.choice("measure", MEASURES, "logit"))

@@ -423,25 +423,39 @@ const attentionOnly = () => S.model.applicable.filter((n) => !S.model.method_inf
 const withGradients = () => S.model.applicable.filter((n) => S.model.method_info[n].gradients);
 const using = (option) => S.model.applicable.filter((n) => S.model.method_info[n].options.includes(option));
 
+function showMethod(name, r) {  // one method's answer, drawn in its figure
+  const [gh, gw] = S.model.grid;
+  S.methods[name] = { map: { data: decode(r.map).data, h: gh, w: gw }, target: r.target, constant: r.constant };
+  const fig = $(`method-${name}`);
+  drawFigure(fig.querySelector("canvas"), S.methods[name].map, { box: true });
+  const what = r.target === null ? "" : ` (${className(r.target)})`;
+  const scale = r.constant ? ` Constant map (${fmt(r.lo)} everywhere): nothing to show, no faithfulness score.` : ` Colour: ${fmt(r.lo)} (dark) to ${fmt(r.hi)} (bright).`;
+  fig.querySelector("figcaption").textContent = `${name}${what}: ${S.model.methods[name]}.${scale}`;
+  fig.classList.toggle("constant", r.constant);
+  if (S.selectedMethod === name) selectMethod(name);
+}
+
+// The attention-only maps are asked directly (they read the stored maps: milliseconds); the
+// gradient methods run as one job, each map drawn as it arrives, with progress and cancel; a
+// newer job (another class, another image) supersedes it.
 async function loadMethods(names) {
   if (!S.view) return;
   const image = S.view.image;
-  let said = null;  // the status line this function wrote (cleared only if still its own)
-  for (const name of names || S.model.applicable) {
-    if (S.model.method_info[name].gradients) { said = `computing ${name} ...`; status(said); }
+  const list = names || S.model.applicable;
+  for (const name of list.filter((n) => !S.model.method_info[n].gradients)) {
     const r = await api("/api/method", Object.assign({ image, method: name }, methodParams()));
     if (!S.view || S.view.image !== image) return;  // another image came meanwhile
-    const [gh, gw] = S.model.grid;
-    S.methods[name] = { map: { data: decode(r.map).data, h: gh, w: gw }, target: r.target, constant: r.constant };
-    const fig = $(`method-${name}`);
-    drawFigure(fig.querySelector("canvas"), S.methods[name].map, { box: true });
-    const what = r.target === null ? "" : ` (${className(r.target)})`;
-    const scale = r.constant ? ` Constant map (${fmt(r.lo)} everywhere): nothing to show, no faithfulness score.` : ` Colour: ${fmt(r.lo)} (dark) to ${fmt(r.hi)} (bright).`;
-    fig.querySelector("figcaption").textContent = `${name}${what}: ${S.model.methods[name]}.${scale}`;
-    fig.classList.toggle("constant", r.constant);
-    if (S.selectedMethod === name) selectMethod(name);
+    showMethod(name, r);
   }
-  if (said !== null && $("status").textContent === said) status("");
+  const slow = list.filter((n) => S.model.method_info[n].gradients);
+  if (!slow.length) return;
+  const drawn = new Set();
+  const draw = (answers) => {
+    if (!S.view || S.view.image !== image) return;
+    for (const [name, r] of Object.entries(answers)) if (!drawn.has(name)) { drawn.add(name); showMethod(name, r); }
+  };
+  const all = await runJob("methods", Object.assign({ image, methods: slow.join(",") }, methodParams()), "methods", draw);
+  if (all) draw(all);
 }
 
 // ------------------------------------------------------------------------ faithfulness
@@ -497,7 +511,7 @@ async function runJob(kind, params, panel, onPartial) {
   const box = $(`${panel}-job`), bar = box.querySelector("progress"), text = box.querySelector(".eta");
   let job = await api("/api/job", Object.assign({ kind }, params), { method: "POST" });
   JOBS[panel] = job.id;
-  box.hidden = false; box.dataset.state = job.state; delete box.dataset.partial;
+  box.hidden = false; box.dataset.state = job.state;
   try {
     while (job.state === "queued" || job.state === "running") {
       bar.value = job.fraction;
@@ -506,7 +520,7 @@ async function runJob(kind, params, panel, onPartial) {
       await new Promise((r) => setTimeout(r, 150));
       if (JOBS[panel] !== job.id) return null;  // superseded: a newer job fills the panel
       job = await api("/api/job", { id: job.id });
-      if (job.partial && onPartial && !box.dataset.partial) { box.dataset.partial = "1"; onPartial(job.partial); }
+      if (job.partial && onPartial) onPartial(job.partial);  // drawn as it comes
     }
   } finally {
     if (JOBS[panel] === job.id) { box.hidden = true; box.dataset.state = job.state; delete JOBS[panel]; }
@@ -839,6 +853,7 @@ async function start() {
   $("causal-run").addEventListener("click", () => quietly(runCausal()));
   $("causal-exact").addEventListener("click", () => quietly(runExact()));
   $("faith-cancel").addEventListener("click", () => quietly(cancelJob("faith")));
+  $("methods-cancel").addEventListener("click", () => quietly(cancelJob("methods")));
   $("causal-cancel").addEventListener("click", () => quietly(cancelJob("causal")));
   $("export-png").addEventListener("click", () => {
     const c = $("main"), out = document.createElement("canvas");

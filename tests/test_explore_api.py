@@ -550,3 +550,30 @@ def test_a_constant_map_is_said_so_and_gets_no_faithfulness_score(client, explor
     assert f.status_code == 400 and "no faithfulness score" in f.json()["error"]
     ok = client.get("/api/method", params=dict(image=image, method="rollout")).json()
     assert ok["constant"] is False and ok["lo"] < ok["hi"]
+
+
+def test_a_new_image_and_its_numbers_never_wait_behind_a_job(client, explorer):
+    """The first view runs on the model's twin: a job holding the model lock (here until the
+    gate opens) does not hold up an upload, its per-head numbers or its attention maps."""
+    import threading
+
+    gate, started = threading.Event(), threading.Event()
+
+    def hold(progress):
+        started.set()
+        gate.wait(60)
+        return "released"
+
+    job = explorer.jobs.submit("importance", hold)
+    try:
+        assert started.wait(10)
+        image = upload(client, png(11))["image"]
+        assert client.get("/api/stats", params=dict(image=image)).status_code == 200
+        assert client.get("/api/method", params=dict(image=image, method="rollout",
+                                                     discard=0.3)).status_code == 200
+        assert job.state == "running"  # all of it answered while the job held the model
+    finally:
+        gate.set()
+    x, logits, maps = direct(explorer.model, png(11))
+    view = explorer.view(image)
+    torch.testing.assert_close(view.logits, logits)  # the twin computes what the model does

@@ -368,23 +368,39 @@ def test_every_map_has_a_scale_and_a_uniform_head_looks_uniform(page_at):
         assert not problems, problems
 
 
-def test_a_click_is_answered_while_a_slow_job_runs_and_the_job_cancels(page_at, monkeypatch):
-    explorer = Explorer(model())
-    gate = threading.Event()
+def slow_exact_ablation(explorer, monkeypatch, steps: int = 200) -> threading.Event:
+    """Make the explorer's exact ablation a job of ``steps`` steps of 0.1 s; the event is set
+    when it was cancelled."""
+    cancelled = threading.Event()
 
     def slow_exact(view, target, measure="logit", progress=None):
-        for i in range(1, 201):  # about 20 s unless cancelled
-            gate.wait(0.1)
-            progress(i / 200)
+        try:
+            for i in range(1, steps + 1):
+                time.sleep(0.1)
+                progress(i / steps)
+        except Exception:
+            cancelled.set()
+            raise
         return dict(target=0, measure=measure, importance=torch.zeros(3, 4),
                     importance_kind="exact")
 
     monkeypatch.setattr(explorer, "exact_importance", slow_exact)
+    return cancelled
+
+
+def start_exact(page) -> None:
+    pick_digit(page)
+    page.click("#causal-run")
+    until(page, "!document.getElementById('causal-exact').disabled")
+    page.click("#causal-exact")
+    until(page, "!document.getElementById('causal-job').hidden")
+
+
+def test_a_click_is_answered_while_a_slow_job_runs_and_the_job_cancels(page_at, monkeypatch):
+    explorer = Explorer(model())
+    slow_exact_ablation(explorer, monkeypatch)
     with page_for(page_at, explorer) as (page, problems):
-        pick_digit(page)
-        page.click("#causal-run")
-        until(page, "!document.getElementById('causal-exact').disabled")
-        page.click("#causal-exact")
+        start_exact(page)
         until(page, "!document.getElementById('causal-job').hidden && "
                     "document.querySelector('#causal-job progress').value > 0")
         assert "s left" in page.text_content("#causal-job .eta")
@@ -543,4 +559,17 @@ def test_the_report_export_is_one_page_with_everything_shown(page_at, tmp_path):
             assert part in body, part
         assert viewer.locator("table").count() >= 3
         viewer.close()
+        assert not problems, problems
+
+
+def test_a_new_image_cancels_the_old_images_job_quietly(page_at, monkeypatch):
+    explorer = Explorer(model())
+    cancelled = slow_exact_ablation(explorer, monkeypatch, steps=300)
+    with page_for(page_at, explorer) as (page, problems):
+        start_exact(page)
+        other = page.evaluate("S.model.samples.filter(s => s.group.startsWith('cluttered'))[2].id")
+        page.select_option("#samples", str(other))
+        assert cancelled.wait(10)  # the server stopped working for the old image
+        idle(page)  # ... and the page says nothing about it
+        assert page.evaluate("document.getElementById('causal-job').hidden")
         assert not problems, problems

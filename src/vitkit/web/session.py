@@ -7,16 +7,20 @@ and kept in a bounded LRU cache (:mod:`vitkit.web.cache`: bytes and entries), so
 interactions cost a lookup.
 
 Model work runs under one lock (re-entrant: a job holds it while its steps compute through the
-same cached helpers): hooks (Grad-CAM, head ablation, token norms) are per-model, and two
-threads must never see each other's. What needs only the attention maps already computed (the
-heads, rollout, [CLS] and MAP attention) takes no lock, so
-it never waits behind a gradient method or a job. Slow work (faithfulness, the exact head
-ablation) runs as a background job (:mod:`vitkit.web.jobs`) with progress and cancel. Nothing
-here knows about HTTP.
+same cached helpers): hooks (Grad-CAM, head ablation, token norms) are per-module, and two
+threads must never see each other's. The first view of an image (its forward with every
+layer's maps, its token norms) runs on a twin of the model (:func:`twin`: its own modules over
+the same weight tensors, so no hook set on the model reaches it) under a lock of its own that
+only these short forwards take: a new image never waits behind a gradient method or a job.
+What needs only the attention maps already computed (the heads, rollout, [CLS] and MAP
+attention) takes no lock at all. Slow work (faithfulness, the exact head ablation, the
+gradient methods) runs as a background job (:mod:`vitkit.web.jobs`) with progress and cancel.
+Nothing here knows about HTTP.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
 import json
@@ -39,6 +43,14 @@ from vitkit.models.cnn import is_cnn
 from vitkit.web import checks
 from vitkit.web.cache import LRU, cache_budget, nbytes
 from vitkit.web.jobs import Jobs
+
+
+def twin(model):
+    """A second module tree over the same parameter and buffer tensors as ``model`` (no copy
+    of the weights): hooks and patched forwards are per module, so the twin's forwards never
+    meet the ones another thread set on ``model``."""
+    shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    return copy.deepcopy(model, shared).eval()
 
 
 def is_constant(m: torch.Tensor) -> bool:
@@ -95,6 +107,8 @@ class Explorer:
         self.cache = LRU(cache_budget(cache_mb, view_bytes), max_entries)
         self.lock = threading.RLock()  # one model, one computation at a time
         self.jobs = Jobs(self.lock)
+        self.viewer = twin(self.model)  # first views: the same weights, other modules
+        self.view_lock = threading.Lock()  # the twin's token-norm hooks vs its forwards
         self.has_classifier = self.cfg.num_classes > 0
 
     # ----------------------------------------------------------------------- what it is
@@ -165,11 +179,11 @@ class Explorer:
         picture = (seen * 255).round().astype(np.uint8)
         if box is not None:
             box = crop_box(box, img.size, self.size)
-        with self.lock, torch.no_grad():
+        with self.view_lock, torch.no_grad():
             found = self.cache.get(("view", key))  # another request may have just done it
             if found is not None:
                 return found
-            logits, maps = self.model(x[None], return_attn=True)
+            logits, maps = self.viewer(x[None], return_attn=True)
         view = View(key, x[None], picture, logits, maps, box)
         self.cache.put(("view", key), view,
                        nbytes([view.x, view.picture, view.logits, *maps]))
@@ -323,7 +337,8 @@ class Explorer:
         """Entropy (nats) and mean attention distance (pixels) per layer and head, the
         distance uniform attention would give, and tokens with outlying norms per layer."""
         def compute():
-            norms = stats.token_norms(self.model, view.x)[:, 0]  # (L, T)
+            with self.view_lock:  # the twin: never behind a job on the model
+                norms = stats.token_norms(self.viewer, view.x)[:, 0]  # (L, T)
             outliers = [dict(layer=layer, token=int(t), norm=float(norms[layer, t]),
                              median=float(norms[layer].median()))
                         for layer in range(len(norms))
@@ -335,7 +350,7 @@ class Explorer:
                 uniform_distance=stats.uniform_distance(self.grid, self.cfg.patch_size),
                 max_entropy=math.log(view.maps[0].shape[-1]),
                 norms=norms, outliers=outliers)
-        return self._cached(("stats", view.id), compute)
+        return self._cached(("stats", view.id), compute, locked=False)
 
     def causal(self, view: View, target: int | None, measure: str = "logit") -> dict:
         """The logit lens (per layer: the target's probability, the top class; one forward)

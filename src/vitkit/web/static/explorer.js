@@ -328,7 +328,14 @@ async function showView(v) {
   if (S.view && S.view.image === image) document.body.dataset.view = "full";
 }
 
+// Another image is coming: the old one's jobs would keep the model (and its analysis) busy.
+// Asked before the new image is sent; each job stops at its next step.
+async function leaving() {
+  await Promise.all(Object.keys(JOBS).map((panel) => cancelJob(panel, true).catch(() => {})));
+}
+
 async function upload(file) {
+  await leaving();
   status(`reading ${file.name} ...`);
   S.sampleId = null;
   $("samples").value = "";  // the list no longer names what is shown
@@ -339,6 +346,7 @@ async function upload(file) {
 
 async function pickSample(id) {
   if (id === "") return;
+  await leaving();
   status("reading the sample ...");
   S.sampleId = Number(id);
   $("samples").value = String(id);
@@ -507,6 +515,7 @@ function plotCurves(canvas, panels) {
 // A slow answer runs on the server as a job: started, polled for its progress (a bar, the
 // time left and a cancel button under the panel), superseded by a newer one for the panel.
 const JOBS = {};  // panel -> the job id running for it
+const QUIET = new Set();  // jobs cancelled because their image was replaced: no message
 async function runJob(kind, params, panel, onPartial) {
   const box = $(`${panel}-job`), bar = box.querySelector("progress"), text = box.querySelector(".eta");
   let job = await api("/api/job", Object.assign({ kind }, params), { method: "POST" });
@@ -525,13 +534,14 @@ async function runJob(kind, params, panel, onPartial) {
   } finally {
     if (JOBS[panel] === job.id) { box.hidden = true; box.dataset.state = job.state; delete JOBS[panel]; }
   }
-  if (job.state === "cancelled") { status(`${panel}: cancelled`); return null; }
+  if (job.state === "cancelled") { if (!QUIET.has(job.id)) status(`${panel}: cancelled`); return null; }
   if (job.state === "error") { status(job.error, true); throw new Error(job.error); }
   return job.result;
 }
 
-async function cancelJob(panel) {
+async function cancelJob(panel, quiet) {
   const id = JOBS[panel];
+  if (quiet && id) QUIET.add(id);
   if (id) await api("/api/job/cancel", { id }, { method: "POST" });
 }
 

@@ -468,6 +468,9 @@ def test_jobs_start_report_progress_finish_and_equal_the_direct_answer(client, e
     for name, answer in maps.items():
         assert answer == client.get("/api/method", params=dict(image=image, method=name,
                                                                  target=4)).json()
+    job = client.post("/api/job", params=dict(kind="causal", image=image, target=2)).json()
+    assert wait_for(client, job["id"])["result"] == client.get(
+        "/api/causal", params=dict(image=image, target=2)).json()
     job = client.post("/api/job", params=dict(kind="importance", image=image, target=2)).json()
     exact = wait_for(client, job["id"])["result"]
     x, _, _ = direct(explorer.model, png(7))

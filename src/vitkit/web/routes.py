@@ -27,7 +27,7 @@ from vitkit.web.samples import Sample
 from vitkit.web.session import Explorer, View, constant_note, is_constant
 
 SEND_AN_IMAGE = "send an image first (POST /api/image)"
-JOB_KINDS = ("faithfulness", "importance", "methods")
+JOB_KINDS = ("faithfulness", "importance", "methods", "causal")
 WHICH_TOKEN = "which token's row (0 = the first prefix token, then the patches row by row)"
 
 
@@ -260,11 +260,19 @@ class Api:
         target, measure = q.integer("target"), q.choice("measure", MEASURES, "logit")
         if q.choice("exact", ("0", "1"), "0") == "1":
             return self._importance(view, target, measure)()
-        c = self.explorer.causal(view, target, measure)
-        return dict(target=c["target"], measure=c["measure"],
-                    importance=encode(c["importance"]), importance_kind=c["importance_kind"],
-                    lens_prob=c["lens_prob"].tolist(), lens_top=c["lens_top"].tolist(),
-                    lens_top_names=c["lens_top_names"])
+        return self._causal(view, target, measure)()
+
+    def _causal(self, view: View, target, measure) -> Callable[..., dict]:
+        explorer = self.explorer
+
+        def answer(progress=None) -> dict:
+            c = explorer.causal(view, target, measure)
+            return dict(target=c["target"], measure=c["measure"],
+                        importance=encode(c["importance"]),
+                        importance_kind=c["importance_kind"],
+                        lens_prob=c["lens_prob"].tolist(), lens_top=c["lens_top"].tolist(),
+                        lens_top_names=c["lens_top_names"])
+        return answer
 
     def _importance(self, view: View, target, measure) -> Callable[..., dict]:
         explorer = self.explorer
@@ -278,7 +286,8 @@ class Api:
     # --------------------------------------------------------------------- background jobs
     def start_job(self, request: Request) -> dict:
         """Start ``kind`` (faithfulness: the query of /api/faithfulness; importance: the exact
-        head ablation, the query of /api/causal; methods: several maps, the query of
+        head ablation, the query of /api/causal; causal: the logit lens and the estimate, the same
+        query; methods: several maps, the query of
         /api/method with ``methods=a,b``) in the background; a newer job of the same
         kind supersedes it. Answers the job's id and state; poll GET /api/job?id=."""
         q = Query(request.query_params)
@@ -287,6 +296,9 @@ class Api:
             run = self._faithfulness(q)
         elif kind == "methods":
             run = self._methods(q)
+        elif kind == "causal":
+            run = self._causal(self._view(q), q.integer("target"),
+                               q.choice("measure", MEASURES, "logit"))
         else:
             run = self._importance(self._view(q), q.integer("target"),
                                    q.choice("measure", MEASURES, "logit"))

@@ -660,7 +660,8 @@ function spearman(a, b) {  // rank correlation of two equal-length arrays
 
 async function runCausal() {  // the logit lens and the linear estimate: one forward, one backward
   if (!S.view) return;
-  const r = await api("/api/causal", { image: S.view.image, target: $("target").value, measure: $("measure").value });
+  const r = await runJob("causal", { image: S.view.image, target: $("target").value, measure: $("measure").value }, "causal");
+  if (!r) return;
   S.causal = r;
   const name = className(r.target), L = r.lens_prob.length;
   const every = Math.max(1, Math.ceil(L / 12));

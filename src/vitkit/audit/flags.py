@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from vitkit.explain.metrics import box_masks
 from vitkit.explain.trust import noisy_linear_fill
 
 SMALL_REGION = 0.1  # a region of at most this share of the patches is small
@@ -175,13 +176,7 @@ def outside_box_flag(cls: int, in_box: np.ndarray) -> Flag | None:
 
 def box_pixels(boxes: torch.Tensor, img_size: tuple[int, int]) -> torch.Tensor:
     """(n, 4) pixel boxes (x0, y0, x1, y1) -> bool (n, 1, H, W), True inside each box."""
-    h, w = img_size
-    ys = torch.arange(h)[None, :, None]
-    xs = torch.arange(w)[None, None, :]
-    b = boxes.long()
-    inside = ((xs >= b[:, 0, None, None]) & (xs < b[:, 2, None, None])
-              & (ys >= b[:, 1, None, None]) & (ys < b[:, 3, None, None]))
-    return inside[:, None]
+    return box_masks(boxes, img_size)[:, None]
 
 
 @torch.no_grad()

@@ -102,7 +102,7 @@ def deletion_insertion(model, images: torch.Tensor, maps: torch.Tensor, target: 
     )
 
 
-def _box_masks(boxes: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+def box_masks(boxes: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     """(B, 4) pixel boxes -> bool (B, H, W)."""
     h, w = size
     ys = torch.arange(h, device=boxes.device)[None, :, None]
@@ -117,12 +117,12 @@ def pointing_game(maps: torch.Tensor, boxes: torch.Tensor,
     up = upsample(maps, size)
     b = up.shape[0]
     idx = up.reshape(b, -1).argmax(-1)
-    inside = _box_masks(boxes, size).reshape(b, -1)
+    inside = box_masks(boxes, size).reshape(b, -1)
     return inside.gather(1, idx[:, None])[:, 0]
 
 
 def mass_in_box(maps: torch.Tensor, boxes: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     """Share of each map's (positive) mass, upsampled to ``size``, inside its box. (B,)"""
     up = upsample(maps, size).clamp_min(0)
-    inside = (up * _box_masks(boxes, size)).flatten(1).sum(-1)
+    inside = (up * box_masks(boxes, size)).flatten(1).sum(-1)
     return inside / up.flatten(1).sum(-1).clamp_min(1e-12)

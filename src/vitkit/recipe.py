@@ -6,7 +6,9 @@ doctor all call the same functions instead of restating them.
   linearly: ``lr x batch_size x processes x accum_steps / 512`` (Goyal et al. 2017; DeiT);
 - an epoch is whole global batches only (the trainer drops the rest);
 - the schedule is a linear warmup to the peak, then a cosine to ``min_lr``;
-- a study run has a fixed step budget, a tenth of it warmup, and evaluates once at the end.
+- a study run has a fixed step budget, a tenth of it warmup, and evaluates once at the end;
+  or, to convergence, a maximum of epochs, a tenth of it warmup, early stopping on a held-out
+  share of the training split.
 """
 
 from __future__ import annotations
@@ -96,6 +98,16 @@ def study_warmup(steps: int, share: float = STUDY_WARMUP) -> int:
 def study_budget(steps: int, warmup: float = STUDY_WARMUP) -> dict:
     """A study run's budget: ``steps`` optimizer steps, ``warmup`` of them linear warmup."""
     return {"steps": steps, "warmup_steps": study_warmup(steps, warmup)}
+
+
+def study_converge(epochs: int, patience: int, holdout: float,
+                   warmup: float = STUDY_WARMUP) -> dict:
+    """A study run's budget to convergence: at most ``epochs`` epochs (the cosine runs over
+    them, the first ``warmup`` of them a linear warmup), evaluated every epoch on ``holdout``
+    of the training split, stopped once the validation loss has not improved for
+    ``patience`` epochs (0: never; the best epoch is still the one kept)."""
+    return {"epochs": epochs, "steps": 0, "eval_every": 1, "holdout": holdout,
+            "patience": patience, "warmup_epochs": warmup * epochs, "warmup_steps": 0}
 
 
 def study_base(**options) -> dict:

@@ -72,6 +72,13 @@ class TrainConfig:
     grad_checkpointing: bool = False  # ViTs: recompute blocks in backward, less memory
     checkpoint_every: int = 0  # also save resumable state every N steps; 0 = each epoch
     eval_every: int = 1  # evaluate (and save) every N epochs, and after the last
+    # early stopping: > 0 stops once the validation loss has not improved for this many
+    # evaluations (--epochs / --steps is then the maximum; best.safetensors is the lowest loss)
+    patience: int = 0
+    # > 0: hold out this share of the training split (the same images for every seed and
+    # --data-fraction) to pick the best epoch and stop on; the validation split is then
+    # evaluated once, on the best checkpoint (result.json), and never used to choose
+    holdout: float = 0.0
     out: str = "runs"
     name: str | None = None
 
@@ -107,7 +114,7 @@ def field_types() -> dict[str, type]:
 
 # Lower bounds of numeric options (inclusive); everything else numeric may be any number >= 0.
 _AT_LEAST_ONE = ("img_size", "epochs", "batch_size", "accum_steps", "data_size", "eval_every")
-_FRACTIONS = ("data_fraction", "val_fraction", "mix_switch_prob", "random_erasing",
+_FRACTIONS = ("data_fraction", "val_fraction", "holdout", "mix_switch_prob", "random_erasing",
               "drop_path", "crop_scale", "distill_alpha")
 
 
@@ -222,6 +229,7 @@ def resolve(overrides: dict, config_file: str | os.PathLike | None = None) -> Tr
 
 # Upper bounds (inclusive) of numeric options whose range is not [0, inf): with the reason
 _AT_MOST = {
+    "holdout": (0.5, "a share of the training split kept out of training"),
     "label_smoothing": (0.99, "a share of the target spread over the other classes"),
     "randaugment": (30, "RandAugment's magnitude runs 0..30"),
     "ema_decay": (0.99999, "the EMA keeps this share of itself each step; 1 would never move"),

@@ -23,7 +23,7 @@ logger = logging.getLogger("vitkit")
 LOCK = ".vitkit-train.lock"
 # what a run writes: any of them means the folder holds a run
 RUN_FILES = ("config.yaml", "state.pt", "last.safetensors", "best.safetensors", "metrics.csv",
-             "train.log", "run.json", "doctor.json", "curves.png")
+             "train.log", "run.json", "doctor.json", "curves.png", "result.json")
 
 
 def run_files(folder: Path) -> list[str]:

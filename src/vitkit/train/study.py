@@ -34,7 +34,7 @@ from pathlib import Path
 from vitkit.data.datasets import load_split
 from vitkit.data.idx import find_idx_folder
 from vitkit.errors import ConfigError
-from vitkit.recipe import study_base, study_budget
+from vitkit.recipe import study_base, study_budget, study_converge
 from vitkit.train.config import resolve
 from vitkit.train.evaluate import evaluate_checkpoint
 from vitkit.train.trainer import train
@@ -62,6 +62,7 @@ ARMS: dict[str, tuple[str, str, dict]] = {
     "vit": ("ViT (plain)", "a", dict()),
     "vit-deit": ("ViT + augmentation (DeiT-style, swept)", "c", dict()),
     "vit-distilled": ("ViT distilled from ResNet-18", "c", dict(distill="hard")),
+    "vit-soft": ("ViT soft-distilled from ResNet-18", "c", dict(distill="soft")),
     "vit-pretrained": ("ViT pre-trained on the source", "b", dict(recipe="plain")),
     "cnn-pretrained": ("ResNet-18 pre-trained on the source", "b", dict(model="resnet18")),
     "source-vit": ("ViT on the source (pre-training)", "b", dict()),
@@ -81,6 +82,18 @@ FULL_PLAN = dict(data="fashion-mnist:5-9", source="fashion-mnist:0-4",
             max_steps=150, source_steps=400, resolution_steps=150)
 QUICK_PLAN = dict(fractions=(0.1, 0.3, 1.0), seeds=2, epochs=5.0, min_steps=60, source_steps=200,
              resolution_steps=60)
+# The converged run (issue 26): the same target and source, every run trained until its
+# validation loss (on 5% of the training split held out) has not improved for 5 epochs, at
+# most 40 epochs (20 on the source, 5 extra for claim (d)); sizes where a ViT can overfit;
+# both distillations, from the CNN of the ViT's compute. ResNet-18 (7x the ViT's compute per
+# step) is the baseline at the smaller size only, so the run fits about two hours on 2 cores.
+CONVERGED_PLAN = dict(data="fashion-mnist:5-9", source="fashion-mnist:0-4",
+                      fractions=(0.05, 0.2), seeds=3, budget="converge", patience=5,
+                      max_epochs=40, holdout=0.05, source_epochs=20, resolution_epochs=5,
+                      distill=("hard", "soft"), teacher="cnn-small", pretrained_cnn="cnn-small",
+                      cnn_fractions=(0.05,), out="runs/study-converged")
+BUDGETS = ("steps", "converge")
+TEACHERS = ("cnn", "cnn-small")
 
 
 @dataclass
@@ -106,6 +119,20 @@ class StudyPlan:
     resolution: bool = True
     resolution_steps: int = 300
     augmentation: str = "sweep"  # sweep | light | heavy
+    # budget "converge": every run until its validation loss (on ``holdout`` of the training
+    # split) has not improved for ``patience`` epochs, at most ``max_epochs`` (pre-training at
+    # most ``source_epochs``); claim (d) trains ``resolution_epochs`` more epochs
+    budget: str = "steps"  # steps | converge
+    patience: int = 5
+    max_epochs: int = 60
+    holdout: float = 0.05
+    source_epochs: int = 30
+    resolution_epochs: int = 15
+    distill: tuple[str, ...] = ("hard",)  # the distilled arms: hard and/or soft
+    distill_tau: float = 3.0  # the soft arm's temperature (DeiT's)
+    teacher: str = "cnn"  # the distillation teacher: cnn (--cnn) or cnn-small (--cnn-small)
+    pretrained_cnn: str = "cnn"  # the CNN claim (b) pre-trains: cnn or cnn-small
+    cnn_fractions: tuple[float, ...] = ()  # where --cnn trains when not the teacher (): all
     device: str = "auto"
     out: str = "runs/study"
     keep_checkpoints: bool = False
@@ -131,6 +158,28 @@ class StudyPlan:
         if self.augmentation not in ("sweep", *AUGMENTATION):
             raise ConfigError(f"--augmentation must be sweep, light or heavy, got "
                               f"{self.augmentation!r}")
+        if self.budget not in BUDGETS:
+            raise ConfigError(f"--budget must be steps or converge, got {self.budget!r}")
+        for name in ("patience", "max_epochs", "source_epochs", "resolution_epochs"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be 1 or more, got "
+                                  f"{getattr(self, name)}")
+        if not 0 < self.holdout <= 0.5:
+            raise ConfigError(f"--holdout is the share of the training split held out to "
+                              f"stop on, in (0, 0.5], got {self.holdout}")
+        if not self.distill or set(self.distill) - {"hard", "soft"}:
+            raise ConfigError(f"--distill takes hard and/or soft, got {list(self.distill)}")
+        if not (self.distill_tau > 0 and math.isfinite(self.distill_tau)):
+            raise ConfigError(f"--distill-tau must be a positive number, got "
+                              f"{self.distill_tau}")
+        if self.teacher not in TEACHERS:
+            raise ConfigError(f"--teacher must be cnn or cnn-small, got {self.teacher!r}")
+        if set(self.cnn_fractions) - set(self.fractions):
+            raise ConfigError(f"--cnn-fractions must be among --fractions "
+                              f"{list(self.fractions)}, got {list(self.cnn_fractions)}")
+        if self.pretrained_cnn not in TEACHERS:
+            raise ConfigError(f"--pretrained-cnn must be cnn or cnn-small, got "
+                              f"{self.pretrained_cnn!r}")
 
     def steps(self, images: int) -> int:
         """The budget rule: equal epochs, with a floor of ``min_steps`` (and a cap of
@@ -143,8 +192,26 @@ class StudyPlan:
         (:func:`vitkit.recipe.study_run`)."""
         return study_budget(steps, self.warmup)
 
+    def converge(self, epochs: int, patience: bool = True) -> dict:
+        """A converge-budget run of at most ``epochs`` epochs, stopped on ``patience``
+        (:func:`vitkit.recipe.study_converge`) or run to the end."""
+        return study_converge(epochs, self.patience if patience else 0, self.holdout,
+                              self.warmup)
+
     @property
-    def budget(self) -> str:
+    def converging(self) -> bool:
+        return self.budget == "converge"
+
+    @property
+    def rule(self) -> str:
+        """The budget rule in words (plan.json, reports)."""
+        if self.converging:
+            return (f"until the validation loss on {self.holdout:.0%} of the training split "
+                    f"(held out) has not improved for {self.patience} epochs, at most "
+                    f"{self.max_epochs} epochs (pre-training at most {self.source_epochs}); "
+                    f"batch {self.batch_size}, the first {self.warmup:.0%} of the maximum a "
+                    "warmup, the best epoch kept, the validation split evaluated once on it; "
+                    "the same for every arm")
         cap = f", at most {self.max_steps}" if self.max_steps else ""
         return (f"{self.epochs:g} epochs of the subset, at least {self.min_steps} steps{cap}, "
                 f"batch {self.batch_size}, {self.warmup:.0%} of them warmup, the same for "
@@ -152,10 +219,15 @@ class StudyPlan:
 
 
 def arm_label(arm: str, plan: StudyPlan) -> str:
-    """The arm's name in reports, with the plan's CNNs named when they are not the defaults."""
+    """The arm's name in reports, with the plan's CNNs named when they are not the defaults
+    (the distilled arms name their teacher, the pre-trained CNN arm its CNN)."""
+    small = "ResNet-18, width 24" if plan.cnn_small == "resnet18_w24" else plan.cnn_small
     text = ARMS[arm][0]
     if arm == "cnn-small":
         return text if plan.cnn_small == "resnet18_w24" else f"{plan.cnn_small} (small CNN)"
+    if (arm in ("vit-distilled", "vit-soft") and plan.teacher == "cnn-small") or (
+            arm in ("cnn-pretrained", "source-cnn") and plan.pretrained_cnn == "cnn-small"):
+        return text.replace("ResNet-18", small)
     return text.replace("ResNet-18", plan.cnn) if plan.cnn != "resnet18" else text
 
 
@@ -240,6 +312,11 @@ class Study:
                    images=result.train_images, seed=seed, top1=result.history[-1]["val_top1"],
                    best_top1=result.best_top1, steps=result.history[-1]["step"],
                    img_size=cfg.img_size, model=cfg.model, seconds=round(seconds, 1))
+        if result.outcome is not None:  # converge budget: the best epoch on the val split
+            o = result.outcome
+            row.update(top1=o.get("test_top1", row["top1"]), steps=o["steps"],
+                       epochs=o["epochs"], max_epochs=o["max_epochs"], stopped=o["stopped"],
+                       best_epoch=o["best_epoch"], train_top1=o["train_top1"])
         (self.out / "results").mkdir(parents=True, exist_ok=True)
         atomic_write(self._record_path(name), lambda tmp: tmp.write_text(json.dumps(row)))
         if not needed_later and not self.plan.keep_checkpoints:
@@ -247,6 +324,10 @@ class Study:
         self.rows.append(row)
         self._progress(row, seconds)
         return row
+
+    @property
+    def pretrained_cnn(self) -> str:
+        return self.plan.cnn if self.plan.pretrained_cnn == "cnn" else self.plan.cnn_small
 
     def release(self, name: str) -> None:
         if not self.plan.keep_checkpoints:
@@ -265,8 +346,10 @@ class Study:
     def run(self) -> list[dict]:
         p = self.plan
         fractions = sorted(p.fractions)
-        per_point = 5 + (2 if p.source else 0)
-        self.total = (len(fractions) * p.seeds * per_point
+        per_point = 3 + len(p.distill) + (2 if p.source else 0)
+        cnn_points = len([f for f in fractions if p.teacher == "cnn" or not p.cnn_fractions
+                          or f in p.cnn_fractions])
+        self.total = (len(fractions) * p.seeds * per_point + cnn_points * p.seeds
                       + (2 if p.source else 0)
                       + (2 if p.augmentation == "sweep" else 0)
                       + (2 * p.seeds if p.resolution else 0))
@@ -282,6 +365,9 @@ class Study:
         return self.rows
 
     def _steps(self, fraction: float) -> dict:
+        """The budget of a run on the subset ``fraction``."""
+        if self.plan.converging:
+            return self.plan.converge(self.plan.max_epochs)
         return self.plan.schedule(self.plan.steps(self.subset_images(fraction)))
 
     def sweep(self, fraction: float) -> str:
@@ -290,10 +376,12 @@ class Study:
         for level, options in AUGMENTATION.items():
             row = self.run_one(f"sweep-{level}", f"sweep-{level}", 0, fraction,
                                {**options, **self._steps(fraction)})
-            scores[level] = row["top1"]
+            # converge budget: chosen on the held-out images, never on the validation split
+            scores[level] = row["best_top1"] if self.plan.converging else row["top1"]
         best = max(scores, key=scores.get)
         self.sweep_scores = scores
-        self.say(f"augmentation sweep at {fraction:.0%}: " + ", ".join(
+        on = "held-out top-1" if self.plan.converging else "top-1"
+        self.say(f"augmentation sweep at {fraction:.0%} ({on}): " + ", ".join(
             f"{k} {v:.4f}" for k, v in scores.items()) + f"; the DeiT arm uses {best}")
         return best
 
@@ -302,37 +390,50 @@ class Study:
         names = {}
         fractions, seeds = sorted(self.plan.fractions), range(self.plan.seeds)
         for arm, source, model in (("vit-pretrained", "source-vit", self.plan.vit),
-                                   ("cnn-pretrained", "source-cnn", self.plan.cnn)):
+                                   ("cnn-pretrained", "source-cnn", self.pretrained_cnn)):
             later = any(self.finished(f"{arm}-f{f:g}-s{s}") is None
                         for f in fractions for s in seeds)
+            budget = (self.plan.converge(self.plan.source_epochs)
+                      if self.plan.converging else self.plan.schedule(self.plan.source_steps))
             self.run_one(source, source, 0, 1.0,
-                         dict(data=self.plan.source, model=model,
-                              **self.plan.schedule(self.plan.source_steps)),
+                         dict(data=self.plan.source, model=model, **budget),
                          needed_later=later)
             names[arm] = source
         return names
 
     def point(self, fraction: float, seed: int, level: str, sources: dict[str, str]) -> None:
+        """Every arm at one subset and seed: the teacher first, ResNet-18 last when it is not
+        the teacher (it costs the most, so an interrupted study has the ViT arms first)."""
         tag = f"f{fraction:g}-s{seed}"
         steps = self._steps(fraction)
         keep_vit = self.plan.resolution and fraction == max(self.plan.fractions) and any(
             self.finished(f"res-{k}-s{seed}") is None for k in ("low", "2x", "naive"))
-        self.run_one(f"cnn-{tag}", "cnn", seed, fraction, {"model": self.plan.cnn, **steps},
-                     needed_later=self.finished(f"vit-distilled-{tag}") is None)
-        self.run_one(f"cnn-small-{tag}", "cnn-small", seed, fraction,
-                     {"model": self.plan.cnn_small, **steps})
+        students = {"hard": "vit-distilled", "soft": "vit-soft"}
+        students = [students[mode] for mode in self.plan.distill]
+        cnns = {"cnn": self.plan.cnn, "cnn-small": self.plan.cnn_small}
+        teacher = self.plan.teacher
+        self.run_one(f"{teacher}-{tag}", teacher, seed, fraction,
+                     {"model": cnns[teacher], **steps},
+                     needed_later=any(self.finished(f"{s}-{tag}") is None for s in students))
         self.run_one(f"vit-{tag}", "vit", seed, fraction, steps, needed_later=keep_vit)
         self.run_one(f"vit-deit-{tag}", "vit-deit", seed, fraction,
                      {**AUGMENTATION[level], **steps})
-        self.run_one(f"vit-distilled-{tag}", "vit-distilled", seed, fraction,
-                     {**ARMS["vit-distilled"][2], "teacher": str(self.weights(f"cnn-{tag}")),
-                      **steps})
-        self.release(f"cnn-{tag}")
+        for student in students:
+            self.run_one(f"{student}-{tag}", student, seed, fraction,
+                         {**ARMS[student][2], "teacher": str(self.weights(f"{teacher}-{tag}")),
+                          "distill_tau": self.plan.distill_tau if student == "vit-soft"
+                          else 1.0, **steps})
+        self.release(f"{teacher}-{tag}")
         for arm, name in sources.items():
-            model = self.plan.vit if arm == "vit-pretrained" else self.plan.cnn
+            model = self.plan.vit if arm == "vit-pretrained" else self.pretrained_cnn
             self.run_one(f"{arm}-{tag}", arm, seed, fraction,
                          dict(model=model, init=str(self.weights(name)),
                               lr=self.plan.lr * FINETUNE_LR, **steps))
+        other = "cnn-small" if teacher == "cnn" else "cnn"
+        if other == "cnn-small" or not self.plan.cnn_fractions or \
+                fraction in self.plan.cnn_fractions:
+            self.run_one(f"{other}-{tag}", other, seed, fraction,
+                         {"model": cnns[other], **steps})
 
     def resolution(self, seed: int) -> None:
         """Claim (d) on the whole largest subset: the low-size ViT, more of it, 2x fine-tuned,
@@ -340,8 +441,10 @@ class Study:
         fraction = max(self.plan.fractions)
         low = f"vit-f{fraction:g}-s{seed}"
         init = str(self.weights(low))
-        steps = dict(self.plan.schedule(self.plan.resolution_steps),
-                     lr=self.plan.lr * FINETUNE_LR)
+        budget = (self.plan.converge(self.plan.resolution_epochs, patience=False)
+                  if self.plan.converging
+                  else self.plan.schedule(self.plan.resolution_steps))
+        steps = dict(budget, lr=self.plan.lr * FINETUNE_LR)
         self.run_one(f"res-low-s{seed}", "res-low", seed, fraction, dict(init=init, **steps))
         self.run_one(f"res-2x-s{seed}", "res-2x", seed, fraction,
                      dict(init=init, img_size=2 * self.plan.img_size, **steps))
@@ -375,4 +478,4 @@ def default_source(data: str) -> str | None:
 
 def plan_dict(plan: StudyPlan) -> dict:
     """The plan as stored beside the results (the budget rule that ran, in words too)."""
-    return {**asdict(plan), "budget": plan.budget, "augmentation_levels": AUGMENTATION}
+    return {**asdict(plan), "budget_rule": plan.rule, "augmentation_levels": AUGMENTATION}

@@ -53,18 +53,48 @@ def arm_costs(plan: StudyPlan, rows: list[dict]) -> dict[str, dict]:
         model_name, size = mine[0]["model"], mine[0]["img_size"]
         model = create_cnn(model_name, classes, size) if is_cnn(model_name) else \
             create_model(model_name, num_classes=classes, img_size=size,
-                                distilled=arm == "vit-distilled")
+                                distilled=arm in ("vit-distilled", "vit-soft"))
         out[arm] = dict(params=sum(p.numel() for p in model.parameters()),
                         gflops=flops_per_image(model, size) / 1e9, img_size=size,
                         seconds=statistics.fmean(r["seconds"] for r in mine))
     return out
 
 
-SCRATCH = ("cnn", "cnn-small", "vit", "vit-deit", "vit-distilled")
+SCRATCH = ("cnn", "cnn-small", "vit", "vit-deit", "vit-distilled", "vit-soft")
 PRETRAINED = ("vit-pretrained", "cnn-pretrained")
 # one colour per model in every panel: a pre-trained arm in its from-scratch arm's colour
 COLOURS = {"cnn": "#1f77b4", "cnn-small": "#17becf", "vit": "#d62728", "vit-deit": "#ff7f0e",
-           "vit-distilled": "#9467bd", "vit-pretrained": "#d62728", "cnn-pretrained": "#1f77b4"}
+           "vit-distilled": "#9467bd", "vit-soft": "#e377c2", "vit-pretrained": "#d62728",
+           "cnn-pretrained": "#1f77b4"}
+
+
+def convergence(rows: list[dict]) -> dict[str, dict[int, str]]:
+    """arm -> training images -> 'mean epochs (how many stopped on patience / ran to the
+    maximum)', for the runs of a converge budget (rows with ``stopped``)."""
+    out: dict[str, dict[int, str]] = {}
+    for r in rows:
+        if "stopped" in r:
+            out.setdefault(r["arm"], {}).setdefault(r["images"], []).append(r)
+    for per in out.values():
+        for n, runs in per.items():
+            early = sum(r["stopped"] == "patience" for r in runs)
+            mean, cap = statistics.fmean(r["epochs"] for r in runs), runs[0]["max_epochs"]
+            how = ("all on patience" if early == len(runs) else
+                   f"all at the maximum of {cap}" if early == 0 else
+                   f"{early} on patience, {len(runs) - early} at the maximum of {cap}")
+            per[n] = f"{mean:.0f} ({how})"
+    return out
+
+
+def gap(rows: list[dict], arm: str) -> dict[int, tuple[float, float, int]]:
+    """Training images -> the train minus validation top-1 of ``arm``'s best checkpoints
+    (mean, sample standard deviation, runs): how far the arm overfits."""
+    per: dict[int, list[float]] = {}
+    for r in rows:
+        if r["arm"] == arm and "train_top1" in r:
+            per.setdefault(r["images"], []).append(r["train_top1"] - r["top1"])
+    return {n: (statistics.fmean(v), statistics.stdev(v) if len(v) > 1 else 0.0, len(v))
+            for n, v in sorted(per.items())}
 
 
 def _cell(stats: tuple[float, float, int] | None) -> str:
@@ -89,7 +119,8 @@ def write_data_report(rows: list[dict], plan: StudyPlan, out: Path,
 
     fig, axes = subplots(1, 3, figsize=(15, 4.4), gridspec_kw=dict(width_ratios=[3, 3, 2]))
     for ax, arms, title in ((axes[0], SCRATCH, "(a), (c): from scratch"),
-                            (axes[1], ("vit", "vit-pretrained", "cnn", "cnn-pretrained"),
+                            (axes[1], ("vit", "vit-pretrained", plan.pretrained_cnn,
+                                       "cnn-pretrained"),
                              "(b): pre-trained on the source, then fine-tuned")):
         for arm in arms:
             if arm not in table:
@@ -119,7 +150,7 @@ def write_data_report(rows: list[dict], plan: StudyPlan, out: Path,
                           "the interpolated table)", fontsize=9)
     else:
         axes[2].set_axis_off()
-    fig.suptitle(f"{plan.data} at {plan.img_size}px; budget: {plan.budget}", fontsize=9)
+    fig.suptitle(f"{plan.data} at {plan.img_size}px; budget: {plan.rule}", fontsize=9)
     fig.tight_layout()
     save(fig, out / "study.png")
 
@@ -127,8 +158,9 @@ def write_data_report(rows: list[dict], plan: StudyPlan, out: Path,
     lines = [f"# Study: {plan.data}", "",
              f"Target `{plan.data}` at {plan.img_size}px, ViT `{plan.vit}`; nested subsets; "
              f"{seeds} seeds per point (mean ± sample standard deviation); validation top-1. "
-             f"Budget rule: {plan.budget}"
-             + (f"; pre-training source `{plan.source}` ({plan.source_steps} steps)"
+             f"Budget rule: {plan.rule}"
+             + (f"; pre-training source `{plan.source}`" + (
+                 "" if plan.converging else f" ({plan.source_steps} steps)")
                 if plan.source else "") + ".", "",
              "| arm | " + " | ".join(f"{n} images" for n in sizes) + " |",
              "|---|" + "---|" * len(sizes)]
@@ -140,6 +172,22 @@ def write_data_report(rows: list[dict], plan: StudyPlan, out: Path,
     for arm, c in costs.items():
         lines.append(f"| {label.get(arm, arm)} | {c['params']:,} | {c['gflops']:.4f} "
                      f"({c['img_size']}px) | {c['seconds']:.0f} s |")
+    epochs = convergence(rows)
+    if epochs:
+        lines += ["", "Epochs trained (mean over seeds; how each run stopped):", "",
+                  "| arm | " + " | ".join(f"{n} images" for n in sizes) + " |",
+                  "|---|" + "---|" * len(sizes)]
+        for arm in [a for a in (*SCRATCH, *PRETRAINED) if a in epochs]:
+            lines.append(f"| {label[arm]} | "
+                         + " | ".join(epochs[arm].get(n, "-") for n in sizes) + " |")
+        lines += [""] + [f"- {label[arm]}: {text} epochs on {n} images"
+                         for arm in ("source-vit", "source-cnn", "sweep-light", "sweep-heavy",
+                                     "res-low", "res-2x")
+                         if arm in epochs for n, text in epochs[arm].items()]
+        overfit = gap(rows, "vit")
+        if overfit:
+            lines.append("- the plain ViT's train minus validation top-1 at its best epoch: "
+                         + ", ".join(f"{_cell(v)} at {n}" for n, v in overfit.items()) + ".")
     lines += ["", "## (a) a CNN wins on little data, a ViT on a lot", ""]
     for cnn in ("cnn", "cnn-small"):
         both = [n for n in sizes if mean("vit", n) is not None and mean(cnn, n) is not None]
@@ -150,24 +198,29 @@ def write_data_report(rows: list[dict], plan: StudyPlan, out: Path,
                          + (f"the ViT passes it at about {x:.0f} images."
                             if x is not None else "the ViT does not pass it at these sizes."))
     lines += ["", "## (b) pre-training inverts the table", ""]
-    for model in ("vit", "cnn"):
-        pre = f"{model}-pretrained"
+    scratch_cnn = plan.pretrained_cnn  # the from-scratch arm of the pre-trained CNN
+    for model, pre in (("vit", "vit-pretrained"), (scratch_cnn, "cnn-pretrained")):
         if pre in table:
             moved = ", ".join(f"{mean(pre, n) - mean(model, n):+.3f} at {n}" for n in sizes
                               if mean(pre, n) is not None and mean(model, n) is not None)
             lines.append(f"- pre-training moved {label[model]} by {moved}.")
-    if "vit-pretrained" in table:
-        beats = [n for n in sizes if mean("vit-pretrained", n) is not None
-                 and mean("cnn", n) is not None and mean("vit-pretrained", n) > mean("cnn", n)]
-        lines.append("- the pre-trained ViT beats ResNet-18 from scratch at "
-                     + (", ".join(map(str, beats)) + " images." if beats else "no size here."))
+    for cnn in ("cnn", "cnn-small") if "vit-pretrained" in table else ():
+        both = [n for n in sizes if mean("vit-pretrained", n) is not None
+                and mean(cnn, n) is not None]
+        beats = [n for n in both if mean("vit-pretrained", n) > mean(cnn, n)]
+        if both:
+            lines.append(f"- the pre-trained ViT beats {label[cnn]} from scratch at "
+                         + (", ".join(map(str, beats)) + " images" if beats else "no size")
+                         + f" of {', '.join(map(str, both))}.")
     lines += ["", "## (c) augmentation and distillation close the gap", ""]
     if sweep:
-        lines.append("- augmentation sweep at the largest subset, seed 0 (levels in "
+        lines.append("- augmentation sweep at the largest subset, seed 0, "
+                     + ("held-out top-1 " if plan.converging else "")
+                     + "(levels in "
                      "`vitkit.train.study.AUGMENTATION`): " + ", ".join(
                          f"{k} {v:.3f}" for k, v in sweep.items())
                      + f"; the augmented arm uses {max(sweep, key=sweep.get)}.")
-    for arm in ("vit-deit", "vit-distilled"):
+    for arm in ("vit-deit", "vit-distilled", "vit-soft"):
         if arm in table:
             lines.append(f"- {label[arm]} minus the plain ViT: " + ", ".join(
                 f"{mean(arm, n) - mean('vit', n):+.3f} at {n}" for n in sizes
@@ -201,13 +254,18 @@ def write_patch_report(rows: list[dict], opts: PatchStudyOptions, out: Path) -> 
     ax.set_xscale("log")
     ax.set_xlabel("GFLOPs per image (log scale)")
     ax.set_ylabel("validation top-1")
-    ax.set_title(f"patch size against cost: {opts.data}, {opts.steps} steps", fontsize=9)
+    budget = (f"to convergence (patience {opts.patience}, at most {opts.max_epochs} epochs)"
+              if opts.budget == "converge" else f"{opts.steps} steps")
+    ax.set_title(f"patch size against cost: {opts.data}, {budget}", fontsize=9)
     fig.tight_layout()
     save(fig, out / "patch_study.png")
-    lines = ["# Patch-size study", "", "| patch | image | tokens | GFLOPs | top-1 | time |",
-             "|---|---|---|---|---|---|"]
+    converged = any("stopped" in r for r in rows)
+    lines = ["# Patch-size study", "", "| patch | image | tokens | GFLOPs | top-1 | time |"
+             + (" epochs |" if converged else ""), "|---|---|---|---|---|---|"
+             + ("---|" if converged else "")]
     lines += [f"| {r['patch']} | {r['img_size']} | {r['tokens']} | {r['gflops']} | "
-              f"{r['top1']:.3f} | {r['seconds']} s |" for r in rows]
+              f"{r['top1']:.3f} | {r['seconds']} s |"
+              + (f" {r['epochs']} ({r['stopped']}) |" if converged else "") for r in rows]
     lines += ["", "![accuracy against FLOPs](patch_study.png)", ""]
     atomic_write(out / "patch_study.md", lambda tmp: tmp.write_text("\n".join(lines)))
     return {"csv": out / "patch_study.csv", "md": out / "patch_study.md",

@@ -42,6 +42,7 @@ from vitkit.train import resume as resume_io
 from vitkit.train.config import TrainConfig
 from vitkit.train.distill import distillation_loss
 from vitkit.train.runlog import RunLog
+from vitkit.train.stopping import EarlyStop, holdout_split
 from vitkit.util.files import atomic_write, remove_stale_temporaries
 
 logger = logging.getLogger("vitkit")
@@ -58,6 +59,10 @@ class RunResult:
     best_top1: float
     history: list[dict]
     train_images: int
+    # with --patience or --holdout: how the run ended and the best checkpoint's numbers
+    # (stopped, epochs, best_epoch, test_* on the validation split, train_* on the training
+    # images); the same as result.json
+    outcome: dict | None = None
 
 
 # ------------------------------------------------------------------------------- building
@@ -300,7 +305,9 @@ class _Run:
     teacher: nn.Module | None
     opt: torch.optim.Optimizer
     train_ds: Transformed
-    val_loader: DataLoader
+    val_loader: DataLoader  # the selection set: the held-out images with --holdout
+    test_split: object  # with --holdout: the validation split, evaluated once at the end
+    train_split: object
     mixer: object
     autocast: object
     num_classes: int
@@ -313,6 +320,7 @@ class _Run:
     warmup: int
     show: bool  # progress bar
     progress: resume_io.Progress  # the last step done, for the next resume's report
+    stop: EarlyStop  # the validation loss's best and the patience counter
     # progress, saved in state.pt
     step: int = 0
     best: float = -1.0
@@ -350,6 +358,10 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
     train_split = load_split(cfg.data, "train", cfg.img_size, **data_options)
     val_split = load_split(cfg.data, "val", cfg.img_size, **data_options)
     num_classes = len(train_split.classes)
+    test_split = None
+    if cfg.holdout > 0:  # before the subset: the held-out images are never trained on
+        train_split, held = holdout_split(train_split, cfg.holdout)
+        test_split, val_split = val_split, held
     if cfg.data_fraction < 1.0:
         train_split = nested_subset(train_split, cfg.data_fraction, cfg.seed)
     if ctx.main:
@@ -357,7 +369,13 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
         config_io.save(cfg, run_dir / "config.yaml")
     log.line(f"data {cfg.data}: {len(train_split)} train"
              + (f" ({cfg.data_fraction:g} of the split)" if cfg.data_fraction < 1 else "")
-             + f", {len(val_split)} val images, {num_classes} classes")
+             + (f", {len(val_split)} held out to choose the best epoch, {len(test_split)} "
+                "val images evaluated once at the end" if test_split is not None else
+                f", {len(val_split)} val images") + f", {num_classes} classes")
+    if cfg.patience:
+        log.line(f"early stopping: the run stops once the validation loss has not improved "
+                 f"for {cfg.patience} evaluations (at most {cfg.steps or cfg.epochs} "
+                 f"{'steps' if cfg.steps else 'epochs'})")
     if train_split.skipped:
         log.line(f"skipped {len(train_split.skipped)} unreadable images: "
                  + ", ".join(train_split.skipped))
@@ -403,19 +421,21 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
         train_ds=Transformed(train_split, train_transform(
             cfg.img_size, cfg.mean, cfg.std, crop_scale=cfg.crop_scale, hflip=cfg.hflip,
             randaugment=cfg.randaugment, random_erasing=cfg.random_erasing), cfg.seed),
-        val_loader=_val_loader(val_split, cfg, ctx), mixer=_mixer(cfg, num_classes),
+        val_loader=_val_loader(val_split, cfg, ctx), test_split=test_split,
+        train_split=train_split, mixer=_mixer(cfg, num_classes),
         autocast=torch.autocast("cuda", dtype=torch.bfloat16) if ctx.device.type == "cuda"
         else torch.autocast("cpu", enabled=False),
         num_classes=num_classes, train_images=len(train_split), global_batch=plan.global_batch,
         base_lr=plan.lr, steps_per_epoch=plan.steps_per_epoch, epochs=plan.epochs,
         total=plan.total_steps, warmup=plan.warmup_steps,
         show=(sys.stderr.isatty() if progress is None else progress) and ctx.main,
-        progress=resume_io.Progress(run_dir, ctx.main),
+        progress=resume_io.Progress(run_dir, ctx.main), stop=EarlyStop(cfg.patience),
     )
     if state is not None:
         run.step, run.best, run.history = state["step"], state["best"], state["history"]
         run.start_epoch, run.done_in_epoch = state["epoch"], state["step_in_epoch"]
         run.epoch_loss_sum = state.get("epoch_loss_sum", 0.0)
+        run.stop = EarlyStop.from_state(state.get("early_stop"), cfg.patience)
         torch.set_rng_state(state["rng"])
         reached = run.progress.last()
         again = (f"; the {reached - run.step} steps run after it (to step {reached}) are done "
@@ -491,7 +511,8 @@ def _train_epoch(run: _Run, epoch: int, guard=None) -> _EpochStats:
                 and in_epoch + 1 < last and ctx.main:
             _save_state(run.run_dir / "state.pt", run.raw, run.opt, run.ema, dict(
                 step=run.step, epoch=epoch, step_in_epoch=in_epoch + 1, best=run.best,
-                history=run.history, epoch_loss_sum=stats.loss_sum), cfg)
+                history=run.history, epoch_loss_sum=stats.loss_sum,
+                early_stop=run.stop.state()), cfg)
         if stop and in_epoch + 1 < last:
             _stopped(run)
     run.done_in_epoch, run.epoch_loss_sum = 0, 0.0
@@ -528,22 +549,39 @@ def _evaluate_and_save(run: _Run, epoch: int, stats: _EpochStats) -> None:
         row["ema_top1"] = evaluate(run.ema, run.val_loader, ctx.device, run.num_classes)["top1"]
     run.history.append(row)
     score = max(row["val_top1"], row.get("ema_top1", -1.0))
+    lowest = run.stop.update(row["val_loss"], epoch + 1)
+    # with early stopping the best checkpoint is the lowest validation loss (what it stops on)
+    better = lowest if run.cfg.patience else score > run.best
+    if run.cfg.patience and lowest:
+        score = row["val_top1"]
     if ctx.main:
         ema_better = run.ema is not None and row.get("ema_top1", -1) > row["val_top1"]
         save_model(run.raw, run.run_dir / "last.safetensors")
-        if score > run.best:
-            save_model(run.ema if ema_better else run.raw, run.run_dir / "best.safetensors")
+        if better:
+            save_model(run.ema if ema_better and not run.cfg.patience else run.raw,
+                       run.run_dir / "best.safetensors")
+        best = (score if better else run.best) if run.cfg.patience else max(run.best, score)
         _save_state(run.run_dir / "state.pt", run.raw, run.opt, run.ema, dict(
-            step=run.step, epoch=epoch + 1, step_in_epoch=0, best=max(run.best, score),
-            history=run.history), run.cfg)
+            step=run.step, epoch=epoch + 1, step_in_epoch=0, best=best,
+            history=run.history, early_stop=run.stop.state()), run.cfg)
         run.log.epoch(row, run.history)
-    run.best = max(run.best, score)
+        if run.stop.stopped:
+            run.log.line(f"early stop after epoch {epoch + 1}: the validation loss has not "
+                         f"improved for {run.cfg.patience} evaluations; the best is epoch "
+                         f"{run.stop.best_epoch} (loss {run.stop.best_loss:.4f}), kept in "
+                         "best.safetensors")
+    if run.cfg.patience:
+        run.best = score if better else run.best
+    else:
+        run.best = max(run.best, score)
 
 
 def _train(cfg: TrainConfig | None, resume, ctx, progress) -> RunResult:
     run = _setup(cfg, resume, ctx, progress)
     with resume_io.InterruptGuard() as guard:
         for epoch in range(run.start_epoch, run.epochs):
+            if run.stop.stopped:  # early stopping ended it (a resume after the stop)
+                break
             try:
                 stats = _train_epoch(run, epoch, guard)
             except NonFiniteLoss as err:
@@ -555,12 +593,43 @@ def _train(cfg: TrainConfig | None, resume, ctx, progress) -> RunResult:
                     and not stop:
                 continue  # not an evaluation epoch (the logged train loss is the eval epoch's)
             _evaluate_and_save(run, epoch, stats)
-            if stop and epoch + 1 < run.epochs:
+            if stop and epoch + 1 < run.epochs and not run.stop.stopped:
                 _stopped(run)
+    outcome = _outcome(run) if run.cfg.patience or run.cfg.holdout else None
     if ctx.main:
         _doctor_at_end(run)
     run.log.close()
-    return RunResult(run.run_dir, run.best, run.history, run.train_images)
+    return RunResult(run.run_dir, run.best, run.history, run.train_images, outcome)
+
+
+def _outcome(run: _Run) -> dict:
+    """How a run with --patience or --holdout ended, and its best checkpoint's numbers on the
+    validation split (with --holdout: seen here for the first time) and on its own training
+    images (the train/validation gap), in result.json."""
+    ctx, cfg = run.ctx, run.cfg
+    distributed.barrier()  # the main process has written best.safetensors
+    best = load_model(run.run_dir / "best.safetensors", verbose=False).to(ctx.device)
+    chosen = run.stop.best_epoch if cfg.patience else max(  # best.safetensors' epoch
+        run.history, key=lambda r: max(r["val_top1"], r.get("ema_top1", -1.0)))["epoch"]
+    out = dict(stopped="patience" if run.stop.stopped else "maximum" if cfg.patience
+               else "budget", epochs=run.history[-1]["epoch"] if run.history else 0,
+               max_epochs=run.epochs, steps=run.step, best_epoch=chosen,
+               best_val_loss=next(r["val_loss"] for r in run.history if r["epoch"] == chosen),
+               patience=cfg.patience, holdout=cfg.holdout)
+    split = run.test_split
+    if split is not None:
+        test = evaluate(best, _val_loader(split, cfg, ctx), ctx.device, run.num_classes)
+        out.update(test_loss=test["loss"], test_top1=test["top1"], test_images=len(split))
+    train = evaluate(best, _val_loader(run.train_split, cfg, ctx), ctx.device, run.num_classes)
+    out.update(train_loss=train["loss"], train_top1=train["top1"])
+    if ctx.main:
+        text = json.dumps(out, indent=2) + "\n"
+        atomic_write(run.run_dir / "result.json", lambda tmp: tmp.write_text(text))
+        run.log.line(f"{'stopped early' if out['stopped'] == 'patience' else 'ran every epoch'}"
+                     f" after {out['epochs']} epochs; best epoch {out['best_epoch']}: "
+                     f"top-1 {train['top1']:.4f} on its training images"
+                     + (f", {out['test_top1']:.4f} on the validation split" if split else ""))
+    return out
 
 
 def _doctor_at_end(run: _Run) -> None:

@@ -5,7 +5,9 @@ import csv
 import io
 import json
 import math
+import os
 import re
+import socket
 
 import pytest
 import torch
@@ -263,3 +265,41 @@ def test_the_converge_patch_study_uses_the_same_rules(tmp_path):
 def test_bad_converge_options_are_named(tmp_path, capsys, flags, message):
     assert main(["study", "--out", str(tmp_path / "s"), *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_two_workers_share_a_study_and_train_every_run_once(tmp_path, capfd):
+    out = tmp_path / "w"
+    assert main([*CONVERGE, "--workers", "2", "--out", str(out)]) == 0
+    printed = capfd.readouterr().out
+    trained = re.findall(r"^worker (\d): \[\d+/\d+\] (.+?), (\d+)% \(\d+ images\), seed (\d)",
+                         printed, re.MULTILINE)
+    runs = [(label, pct, seed) for _, label, pct, seed in trained]
+    assert len(runs) == len(set(runs)), "a run was trained twice"
+    assert {w for w, *_ in trained} == {"0", "1"}, "one worker did all the work"
+    records = {p.stem for p in (out / "results").glob("*.json")}
+    with open(out / "study.csv") as f:
+        assert {r["arm"] for r in csv.DictReader(f)} >= {"vit", "vit-soft", "res-2x"}
+    assert len(records) == len(runs) + 1  # + the 2x evaluation without training
+    assert not list((out / "claims").iterdir())  # every claim released
+    assert not list(out.rglob("*.safetensors"))  # weights went once nothing needed them
+
+
+def test_a_run_held_by_a_live_worker_is_skipped_and_a_dead_ones_taken_over(tmp_path):
+    plan = study.StudyPlan(data="digits:0-4", out=str(tmp_path))
+    one = engine.Study(plan, say=lambda _: None)
+    claim = tmp_path / "claims" / "vit-f1-s0"
+    claim.mkdir(parents=True)
+    lock = claim / ".vitkit-train.lock"
+    lock.write_text(f"{os.getpid()} {socket.gethostname()}\n")  # a live process holds it
+    assert one._claim("vit-f1-s0") is None
+    assert one.run_one("vit-f1-s0", "vit", 0, 1.0, {"steps": 1}) is None
+    dead = int(open("/proc/sys/kernel/pid_max").read()) + 1
+    lock.write_text(f"{dead} {socket.gethostname()}\n")  # its process is gone
+    held = one._claim("vit-f1-s0")
+    assert held is not None and lock.read_text().split()[0] == str(os.getpid())
+    held.release()
+
+
+def test_workers_must_be_one_or_more(tmp_path, capsys):
+    assert main(["study", "--workers", "0", "--out", str(tmp_path / "s")]) == 2
+    assert "--workers must be 1 or more" in capsys.readouterr().err

@@ -16,7 +16,7 @@ from pathlib import Path
 from vitkit.errors import ConfigError
 from vitkit.train import study as plans
 from vitkit.train.patch_study import PatchStudyOptions, run_patch_study
-from vitkit.train.study import Study, StudyPlan, default_source, plan_dict
+from vitkit.train.study import Study, StudyPlan, default_source, plan_dict, run_workers
 from vitkit.train.study_report import write_data_report, write_patch_report
 from vitkit.util.files import atomic_write
 
@@ -32,9 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=["data", "patch"], default="data")
     p.add_argument("--full", action="store_true", help="the committed fixed-budget run: "
                    "Fashion-MNIST 5-9 target, 0-4 source, 3 seeds (about 40 min on 2 cores)")
-    p.add_argument("--converged", action="store_true",
-                   help="the converged run: the same data, every run to convergence (early "
-                        "stopping), 1,425 and 5,700 images, 3 seeds (about 2 hours on 2 cores)")
+    p.add_argument("--converged", action="store_true", help="the converged run: the same data, "
+                   "every run to convergence, 1,425 and 5,700 images, 3 seeds (hours)")
     p.add_argument("--data", default=None,
                    help="target data spec as for train --data (default digits)")
     p.add_argument("--data-root", default=None, help="where Fashion-MNIST/MNIST/CIFAR are")
@@ -66,7 +65,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             ("source-epochs", int, "converge: the most epochs of pre-training (30)"),
             ("resolution-epochs", int, "converge: claim (d)'s extra epochs (15)"),
             ("distill-tau", float, "the soft-distilled arm's temperature (3)"),
-            ("steps", int, "patch mode: steps per run (200)")):
+            ("steps", int, "patch mode: steps per run (200)"),
+            ("workers", int, "data mode: processes sharing the cores and the --out (1)")):
         p.add_argument(f"--{flag}", type=kind, default=None, help=text)
     p.add_argument("--no-resolution", action="store_true", help="skip claim (d)")
     p.add_argument("--augmentation", choices=["sweep", "light", "heavy"], default=None,
@@ -113,7 +113,9 @@ def run(args: argparse.Namespace) -> None:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write(out / "plan.json",
                      lambda tmp: tmp.write_text(json.dumps(plan_dict(plan), indent=2)))
-        rows = study.run()
+        workers = 1 if args.workers is None else args.workers
+        study = run_workers(plan, workers) if workers != 1 else study  # it checks < 1
+        rows = study.rows if workers != 1 else study.run()
         files = write_data_report(rows, plan, out, getattr(study, "sweep_scores", None))
     else:
         chosen = {k: (tuple(v) if isinstance(v, list) else v) for k, v in vars(args).items()

@@ -21,20 +21,27 @@ a later run needs them (teacher, pre-trained source, low-resolution model) unles
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import math
+import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import torch
+
 from vitkit.data.datasets import load_split
 from vitkit.data.idx import find_idx_folder
 from vitkit.errors import ConfigError
 from vitkit.recipe import study_base, study_budget, study_converge
+from vitkit.train import runfolder
 from vitkit.train.config import resolve
 from vitkit.train.evaluate import evaluate_checkpoint
 from vitkit.train.trainer import train
@@ -251,16 +258,34 @@ def _clock(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
-class Study:
-    """Runs the plan, resuming from ``OUT/results``; ``say`` prints progress."""
+POLL = 5.0  # seconds between looks at a run another worker is training
 
-    def __init__(self, plan: StudyPlan, say: Callable[[str], None] = print) -> None:
+
+class Study:
+    """Runs the plan, resuming from ``OUT/results``; ``say`` prints progress.
+
+    ``worker=(k, n)``: this process is worker ``k`` of ``n`` on the same ``OUT``. Each run is
+    claimed (``OUT/claims/NAME``, a lock naming the process) before it trains, so no two
+    workers train the same run; a worker skips a run another one holds (and the runs that need
+    its result: students wait for their teacher, the augmented arm for the sweep, fine-tuning
+    for its source) and comes back to them.
+    Worker ``k`` starts at the ``k``-th share of the (seed, subset) points, so the workers
+    meet only at the end. A worker that dies leaves its claim to be taken over.
+    """
+
+    def __init__(self, plan: StudyPlan, say: Callable[[str], None] = print,
+                 worker: tuple[int, int] = (0, 1)) -> None:
         plan.check()
         self.plan, self.say = plan, say
         self.out = Path(plan.out)
-        self.rows: list[dict] = []
+        self.worker, self.workers = worker
+        self.seen: dict[str, dict] = {}  # run name -> its row, each counted once
         self.total = self.done = 0
         self.spent, self.trained, self.start = 0.0, 0, time.perf_counter()
+
+    @property
+    def rows(self) -> list[dict]:
+        return list(self.seen.values())
 
     # ------------------------------------------------------------------ bookkeeping
     def _record_path(self, name: str) -> Path:
@@ -275,6 +300,29 @@ class Study:
 
     def weights(self, name: str) -> Path:
         return self.out / name / "best.safetensors"
+
+    def _take(self, name: str, row: dict, seconds: float | None) -> dict:
+        """Count ``row`` (once per run) and say so."""
+        if name not in self.seen:
+            self.seen[name] = row
+            self._progress(row, seconds)
+        return row
+
+    def _usable(self, name: str, needed_later: bool) -> dict | None:
+        """The run's recorded row, unless its weights are needed and gone."""
+        done = self.finished(name)
+        if done is not None and not (needed_later and not self.weights(name).exists()):
+            return done
+        return None
+
+    def _claim(self, name: str) -> runfolder.RunLock | None:
+        """This worker's claim on training ``name``, or None while another worker holds it."""
+        folder = self.out / "claims" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            return runfolder.lock(folder)
+        except ConfigError:
+            return None
 
     def _progress(self, row: dict, seconds: float | None) -> None:
         self.done += 1
@@ -293,13 +341,27 @@ class Study:
                  "left")
 
     def run_one(self, name: str, arm: str, seed: int, fraction: float, options: dict,
-                needed_later: bool = False) -> dict:
-        """Train one run (or take its recorded row); keep its weights if ``needed_later``."""
-        done = self.finished(name)
-        if done is not None and not (needed_later and not self.weights(name).exists()):
-            self.rows.append(done)
-            self._progress(done, None)
-            return done
+                needed_later: bool = False) -> dict | None:
+        """Train one run (or take its recorded row); keep its weights if ``needed_later``.
+        None when another worker is training it."""
+        done = self._usable(name, needed_later)
+        if done is not None:
+            return self._take(name, done, None)
+        held = self._claim(name)
+        if held is None:
+            return None
+        try:
+            done = self._usable(name, needed_later)  # another worker may have just finished it
+            if done is not None:
+                return self._take(name, done, None)
+            return self._train(name, arm, seed, fraction, options, needed_later)
+        finally:
+            held.release()
+            with contextlib.suppress(OSError):
+                held.path.parent.rmdir()  # the claim's folder, now empty
+
+    def _train(self, name: str, arm: str, seed: int, fraction: float, options: dict,
+               needed_later: bool) -> dict:
         cfg = resolve({**_base(self.plan), **options, "data_fraction": fraction, "seed": seed,
                        "name": name})
         if (self.out / name).exists():  # a run of this study that stopped before its record
@@ -321,9 +383,7 @@ class Study:
         atomic_write(self._record_path(name), lambda tmp: tmp.write_text(json.dumps(row)))
         if not needed_later and not self.plan.keep_checkpoints:
             drop_weights(result.run_dir)
-        self.rows.append(row)
-        self._progress(row, seconds)
-        return row
+        return self._take(name, row, seconds)
 
     @property
     def pretrained_cnn(self) -> str:
@@ -353,15 +413,25 @@ class Study:
                       + (2 if p.source else 0)
                       + (2 if p.augmentation == "sweep" else 0)
                       + (2 * p.seeds if p.resolution else 0))
-        level = self.sweep(fractions[-1]) if p.augmentation == "sweep" else p.augmentation
-        sources = self.pretrain() if p.source else {}
+        self.level = None if p.augmentation == "sweep" else p.augmentation
+        self.sweep()  # the shared runs first: a worker skips one another worker holds
+        self.pretrain()
+        items = []
         for seed in range(p.seeds):
-            for fraction in fractions:
-                self.point(fraction, seed, level, sources)
+            items += [functools.partial(self.point, f, seed) for f in fractions]
             if p.resolution:
-                self.resolution(seed)
-        for name in sources.values():
-            self.release(name)
+                items.append(functools.partial(self.resolution, seed))
+        first = len(items) * self.worker // self.workers  # each worker starts elsewhere
+        pending = items[first:] + items[:first]
+        while pending:  # an item another worker holds a run of is come back to
+            left = [item for item in pending if not item()]
+            if len(left) == len(pending):
+                time.sleep(POLL)
+            pending = left
+        for arm, name in self.pretrain().items():
+            if all(self.finished(f"{arm}-f{f:g}-s{s}") is not None for f in fractions
+                   for s in range(p.seeds)):
+                self.release(name)
         return self.rows
 
     def _steps(self, fraction: float) -> dict:
@@ -370,40 +440,57 @@ class Study:
             return self.plan.converge(self.plan.max_epochs)
         return self.plan.schedule(self.plan.steps(self.subset_images(fraction)))
 
-    def sweep(self, fraction: float) -> str:
-        """Light or heavy augmentation for the DeiT arm, chosen at the largest subset, seed 0."""
-        scores = {}
-        for level, options in AUGMENTATION.items():
-            row = self.run_one(f"sweep-{level}", f"sweep-{level}", 0, fraction,
-                               {**options, **self._steps(fraction)})
-            # converge budget: chosen on the held-out images, never on the validation split
-            scores[level] = row["best_top1"] if self.plan.converging else row["top1"]
+    def sweep(self) -> str | None:
+        """Light or heavy augmentation for the DeiT arm, chosen at the largest subset, seed 0
+        (kept in ``self.level``); None while another worker trains one of the two."""
+        if self.level is not None:
+            return self.level
+        fraction = max(self.plan.fractions)
+        rows = {level: self.run_one(f"sweep-{level}", f"sweep-{level}", 0, fraction,
+                                    {**AUGMENTATION[level], **self._steps(fraction)})
+                for level in self._mine(list(AUGMENTATION))}  # workers start apart
+        if None in rows.values():
+            return None
+        # converge budget: chosen on the held-out images, never on the validation split
+        scores = {level: rows[level]["best_top1" if self.plan.converging else "top1"]
+                  for level in AUGMENTATION}
         best = max(scores, key=scores.get)
         self.sweep_scores = scores
         on = "held-out top-1" if self.plan.converging else "top-1"
         self.say(f"augmentation sweep at {fraction:.0%} ({on}): " + ", ".join(
             f"{k} {v:.4f}" for k, v in scores.items()) + f"; the DeiT arm uses {best}")
+        self.level = best
         return best
 
     def pretrain(self) -> dict[str, str]:
-        """The ViT and ResNet-18 trained once on the source -> {fine-tuned arm: run name}."""
+        """The ViT and the CNN trained once on the source -> {fine-tuned arm: run name}, for
+        those trained (not those another worker is training); {} without a source."""
         names = {}
+        if not self.plan.source:
+            return names
         fractions, seeds = sorted(self.plan.fractions), range(self.plan.seeds)
-        for arm, source, model in (("vit-pretrained", "source-vit", self.plan.vit),
-                                   ("cnn-pretrained", "source-cnn", self.pretrained_cnn)):
+        for arm, source, model in self._mine([
+                ("vit-pretrained", "source-vit", self.plan.vit),
+                ("cnn-pretrained", "source-cnn", self.pretrained_cnn)]):
             later = any(self.finished(f"{arm}-f{f:g}-s{s}") is None
                         for f in fractions for s in seeds)
             budget = (self.plan.converge(self.plan.source_epochs)
                       if self.plan.converging else self.plan.schedule(self.plan.source_steps))
-            self.run_one(source, source, 0, 1.0,
-                         dict(data=self.plan.source, model=model, **budget),
-                         needed_later=later)
-            names[arm] = source
-        return names
+            if self.run_one(source, source, 0, 1.0,
+                            dict(data=self.plan.source, model=model, **budget),
+                            needed_later=later) is not None:
+                names[arm] = source
+        return {arm: names[arm] for arm in ("vit-pretrained", "cnn-pretrained") if arm in names}
 
-    def point(self, fraction: float, seed: int, level: str, sources: dict[str, str]) -> None:
+    def _mine(self, things: list) -> list:
+        """``things`` in this worker's order: worker k starts at the k-th."""
+        k = self.worker % len(things)
+        return things[k:] + things[:k]
+
+    def point(self, fraction: float, seed: int) -> bool:
         """Every arm at one subset and seed: the teacher first, ResNet-18 last when it is not
-        the teacher (it costs the most, so an interrupted study has the ViT arms first)."""
+        the teacher (it costs the most, so an interrupted study has the ViT arms first).
+        False while another worker holds one of its runs."""
         tag = f"f{fraction:g}-s{seed}"
         steps = self._steps(fraction)
         keep_vit = self.plan.resolution and fraction == max(self.plan.fractions) and any(
@@ -412,42 +499,57 @@ class Study:
         students = [students[mode] for mode in self.plan.distill]
         cnns = {"cnn": self.plan.cnn, "cnn-small": self.plan.cnn_small}
         teacher = self.plan.teacher
-        self.run_one(f"{teacher}-{tag}", teacher, seed, fraction,
-                     {"model": cnns[teacher], **steps},
-                     needed_later=any(self.finished(f"{s}-{tag}") is None for s in students))
-        self.run_one(f"vit-{tag}", "vit", seed, fraction, steps, needed_later=keep_vit)
-        self.run_one(f"vit-deit-{tag}", "vit-deit", seed, fraction,
-                     {**AUGMENTATION[level], **steps})
+        if self.run_one(f"{teacher}-{tag}", teacher, seed, fraction,
+                        {"model": cnns[teacher], **steps},
+                        needed_later=any(self.finished(f"{s}-{tag}") is None
+                                         for s in students)) is None:
+            return False  # the students need it: come back once it is trained
+        level = self.sweep()  # None while another worker holds a sweep run
+        rows = [self.run_one(f"vit-{tag}", "vit", seed, fraction, steps, needed_later=keep_vit),
+                level and self.run_one(f"vit-deit-{tag}", "vit-deit", seed, fraction,
+                                       {**AUGMENTATION[level], **steps})]
         for student in students:
-            self.run_one(f"{student}-{tag}", student, seed, fraction,
-                         {**ARMS[student][2], "teacher": str(self.weights(f"{teacher}-{tag}")),
-                          "distill_tau": self.plan.distill_tau if student == "vit-soft"
-                          else 1.0, **steps})
-        self.release(f"{teacher}-{tag}")
+            rows.append(self.run_one(
+                f"{student}-{tag}", student, seed, fraction,
+                {**ARMS[student][2], "teacher": str(self.weights(f"{teacher}-{tag}")),
+                 "distill_tau": self.plan.distill_tau if student == "vit-soft" else 1.0,
+                 **steps}))
+        if all(self.finished(f"{s}-{tag}") is not None for s in students):
+            self.release(f"{teacher}-{tag}")
+        sources = self.pretrain()
+        if self.plan.source and len(sources) < 2:
+            rows.append(None)  # a source another worker is training: come back later
         for arm, name in sources.items():
             model = self.plan.vit if arm == "vit-pretrained" else self.pretrained_cnn
-            self.run_one(f"{arm}-{tag}", arm, seed, fraction,
-                         dict(model=model, init=str(self.weights(name)),
-                              lr=self.plan.lr * FINETUNE_LR, **steps))
+            rows.append(self.run_one(f"{arm}-{tag}", arm, seed, fraction,
+                                     dict(model=model, init=str(self.weights(name)),
+                                          lr=self.plan.lr * FINETUNE_LR, **steps)))
         other = "cnn-small" if teacher == "cnn" else "cnn"
         if other == "cnn-small" or not self.plan.cnn_fractions or \
                 fraction in self.plan.cnn_fractions:
-            self.run_one(f"{other}-{tag}", other, seed, fraction,
-                         {"model": cnns[other], **steps})
+            rows.append(self.run_one(f"{other}-{tag}", other, seed, fraction,
+                                     {"model": cnns[other], **steps}))
+        return all(row is not None for row in rows)
 
-    def resolution(self, seed: int) -> None:
+    def resolution(self, seed: int) -> bool:
         """Claim (d) on the whole largest subset: the low-size ViT, more of it, 2x fine-tuned,
-        and its interpolated table without fine-tuning."""
+        and its interpolated table without fine-tuning. False while the low-size ViT, or one
+        of these runs, is another worker's."""
         fraction = max(self.plan.fractions)
         low = f"vit-f{fraction:g}-s{seed}"
+        pending = [k for k in ("low", "2x", "naive") if self.finished(f"res-{k}-s{seed}") is None]
+        if self.run_one(low, "vit", seed, fraction, self._steps(fraction),
+                        needed_later=bool(pending)) is None:
+            return False
         init = str(self.weights(low))
         budget = (self.plan.converge(self.plan.resolution_epochs, patience=False)
                   if self.plan.converging
                   else self.plan.schedule(self.plan.resolution_steps))
         steps = dict(budget, lr=self.plan.lr * FINETUNE_LR)
-        self.run_one(f"res-low-s{seed}", "res-low", seed, fraction, dict(init=init, **steps))
-        self.run_one(f"res-2x-s{seed}", "res-2x", seed, fraction,
-                     dict(init=init, img_size=2 * self.plan.img_size, **steps))
+        rows = [self.run_one(f"res-low-s{seed}", "res-low", seed, fraction,
+                             dict(init=init, **steps)),
+                self.run_one(f"res-2x-s{seed}", "res-2x", seed, fraction,
+                             dict(init=init, img_size=2 * self.plan.img_size, **steps))]
         naive = f"res-naive-s{seed}"
         row = self.finished(naive)
         if row is None:
@@ -461,8 +563,11 @@ class Study:
             atomic_write(self._record_path(naive), lambda tmp: tmp.write_text(json.dumps(row)))
             self.say(f"ViT of seed {seed} at {2 * self.plan.img_size}px, table interpolated, "
                      f"not fine-tuned: top-1 {row['top1']:.4f}")
-        self.rows.append(row)
+        self.seen.setdefault(naive, row)
+        if None in rows:
+            return False
         self.release(low)
+        return True
 
 
 def default_source(data: str) -> str | None:
@@ -479,3 +584,42 @@ def default_source(data: str) -> str | None:
 def plan_dict(plan: StudyPlan) -> dict:
     """The plan as stored beside the results (the budget rule that ran, in words too)."""
     return {**asdict(plan), "budget_rule": plan.rule, "augmentation_levels": AUGMENTATION}
+
+
+def plan_from_file(path: str | Path) -> StudyPlan:
+    """The plan a study wrote to ``OUT/plan.json``."""
+    stored = json.loads(Path(path).read_text())
+    return StudyPlan(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored.items()
+                        if k in StudyPlan.__dataclass_fields__})
+
+
+def run_workers(plan: StudyPlan, workers: int, say: Callable[[str], None] = print) -> Study:
+    """Run the plan on ``workers`` processes that share the cores: this process is worker 0,
+    each other one a ``python -m vitkit.train.study`` on the plan in ``OUT/plan.json``. On 2
+    cores two single-threaded workers train about twice the runs per hour of one process
+    with two threads (a small ViT's step does not speed up with a second thread). Returns
+    this process's :class:`Study` once every run of the plan has its row."""
+    if workers < 1:
+        raise ConfigError(f"--workers must be 1 or more, got {workers}")
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    torch.set_num_threads(threads)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    children = [subprocess.Popen([sys.executable, "-m", "vitkit.train.study",
+                                  str(Path(plan.out) / "plan.json"), str(k), str(workers)],
+                                 env=env) for k in range(1, workers)]
+    study = Study(plan, say=lambda text: say(f"worker 0: {text}"), worker=(0, workers))
+    try:
+        study.run()
+    finally:
+        codes = [child.wait() for child in children]
+    failed = [f"worker {k} (exit code {code})" for k, code in enumerate(codes, 1) if code]
+    if failed:
+        raise ConfigError(f"{', '.join(failed)} stopped; every finished run is kept: run the "
+                          "same command again to resume")
+    return study
+
+
+if __name__ == "__main__":  # one worker of run_workers: PLAN_JSON K N
+    _plan, _k, _n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    Study(plan_from_file(_plan), say=lambda text: print(f"worker {_k}: {text}", flush=True),
+          worker=(_k, _n)).run()

@@ -16,7 +16,8 @@ SRC = ROOT / "src" / "vitkit"
 # where they are needed; anything else is imported at the top of its module.
 OPTIONAL = {"matplotlib", "torchvision", "fastapi", "uvicorn", "starlette", "multipart",
             "python_multipart", "tensorboard", "torch.utils.tensorboard", "resource", "timm",
-            "transformers", "open_clip", "huggingface_hub", "jax", "flax", "sklearn", "scipy"}
+            "transformers", "open_clip", "huggingface_hub", "jax", "flax", "sklearn", "scipy",
+            "onnx", "onnxruntime"}
 
 
 # Modules that import some of their own package late, on purpose, and why (the one exception

@@ -12,6 +12,7 @@ import yaml
 from vitkit.checkpoints.formats import EXPORTS, FORMATS
 from vitkit.commands import COMMANDS
 from vitkit.data.datasets import DATASETS
+from vitkit.deploy import DEPLOY
 from vitkit.explain import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +39,7 @@ def test_every_format_is_documented_and_the_detection_order_is_the_registrys():
     order = ", ".join(f"`{f.NAME}`" for f in FORMATS)
     assert f"tried in the order of `vitkit.checkpoints.FORMATS` ({order})" in text
     bar = "\\|"  # a table cell escapes its bars
-    assert f"`--to {bar.join(EXPORTS)}`" in text
+    assert f"`--to {bar.join((*EXPORTS, *DEPLOY))}`" in text
 
 
 def test_the_methods_table_is_the_registry():

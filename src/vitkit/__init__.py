@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 
 _WHERE = {
     "explain": None,  # a subpackage
-    "convert": "vitkit.checkpoints", "export": "vitkit.checkpoints",
+    "convert": "vitkit.deploy", "export": "vitkit.deploy",
     "load_model": "vitkit.checkpoints", "save_model": "vitkit.checkpoints",
     "CheckpointError": "vitkit.errors", "ConfigError": "vitkit.errors",
     "DataError": "vitkit.errors", "StorageError": "vitkit.errors", "VitkitError": "vitkit.errors",

@@ -17,5 +17,7 @@ def convert_arguments(p: argparse.ArgumentParser, resize: bool = False) -> None:
                    help="new input size, e.g. 384 or 384x512")
     p.add_argument("--num-classes", type=int, default=None,
                    help="new class count (puts a fresh head on)")
-    p.add_argument("--to", choices=formats.EXPORTS, default=None if resize else "vitkit",
-                   help="output format (convert: vitkit; resize: the source's format)")
+    p.add_argument("--to", choices=(*formats.EXPORTS, "onnx"),
+                   default=None if resize else "vitkit",
+                   help="output format (convert: vitkit; resize: the source's format); onnx "
+                        "is a graph for onnxruntime (the deploy extra)")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from vitkit.checkpoints import convert, formats
+from vitkit.checkpoints import formats
 from vitkit.commands.conversion import convert_arguments
+from vitkit.deploy import convert
 
 NAME = "convert"
 HELP = "convert a checkpoint between formats, resolutions and class counts"
@@ -15,7 +16,11 @@ DESCRIPTION = (HELP[0].upper() + HELP[1:] + ". SRC is any checkpoint vitkit read
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     convert_arguments(p)
+    p.add_argument("--attention", action="store_true",
+                   help="--to onnx: the per-layer attention maps as a second output")
 
 
 def run(args: argparse.Namespace) -> None:
-    convert(args.src, args.dst, to=args.to, img_size=args.img_size, num_classes=args.num_classes)
+    options = {"attention": True} if args.attention else {}
+    convert(args.src, args.dst, to=args.to, img_size=args.img_size, num_classes=args.num_classes,
+            **options)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from vitkit.checkpoints import convert, formats
+from vitkit.checkpoints import formats
 from vitkit.commands.conversion import convert_arguments
+from vitkit.deploy import convert
 
 NAME = "resize"
 HELP = "move a checkpoint to a new resolution (interpolates the position table)"

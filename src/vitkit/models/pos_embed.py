@@ -20,6 +20,7 @@ def interpolate_pos_embed(
     num_prefix_tokens: int = 1,
     mode: str = "bicubic",
     antialias: bool = False,
+    always: bool = False,
 ) -> torch.Tensor:
     """Resize a position table from ``old_grid`` to ``new_grid``.
 
@@ -33,13 +34,16 @@ def interpolate_pos_embed(
         antialias: off by default (big_vision, and timm with ``antialias=False``). timm's own
             default is on, which for bicubic also changes the kernel when upsampling (PIL's
             a=-0.5 instead of a=-0.75); pass ``True`` to reproduce timm's default exactly.
+        always: resize even when the grids are equal (bicubic to the same grid is the
+            identity up to rounding), for traced graphs whose grid is symbolic (ONNX export).
 
     Returns:
         The table with ``num_prefix_tokens + gh'*gw'`` rows, same leading shape and dtype.
         When the grids are equal the input is returned unchanged (exact identity).
     """
     old_h, old_w = as_pair(old_grid)
-    new_h, new_w = as_pair(new_grid)
+    # a traced grid stays symbolic (as_pair's int() would fix it to the example's)
+    new_h, new_w = new_grid if always and isinstance(new_grid, tuple) else as_pair(new_grid)
     squeeze = pos_embed.dim() == 2
     table = pos_embed.unsqueeze(0) if squeeze else pos_embed
     if table.dim() != 3 or table.shape[0] != 1:
@@ -52,7 +56,7 @@ def interpolate_pos_embed(
             f"pos_embed has {table.shape[1]} rows but {num_prefix_tokens} prefix tokens + an "
             f"{old_h}x{old_w} grid need {expected}; check old_grid and num_prefix_tokens"
         )
-    if (old_h, old_w) == (new_h, new_w):
+    if not always and (old_h, old_w) == (new_h, new_w):
         return pos_embed
 
     prefix, patches = table[:, :num_prefix_tokens], table[:, num_prefix_tokens:]

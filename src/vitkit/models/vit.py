@@ -361,11 +361,14 @@ class VisionTransformer(nn.Module):
             self.head_dist = self._new_head(num_classes).to(**like)
 
     # ---------------------------------------------------------------------------- forward
-    def _pos_embed(self, x: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
-        """Prepend prefix tokens and add the position table: (B, N, D) -> (B, T, D)."""
+    def _pos_embed(self, x: torch.Tensor, grid: tuple[int, int],
+                   always: bool = False) -> torch.Tensor:
+        """Prepend prefix tokens and add the position table: (B, N, D) -> (B, T, D).
+        ``always``: interpolate the table even to its own grid (an exact identity), so a traced
+        graph (the ONNX export) keeps the grid symbolic."""
         pos = self.pos_embed
-        if grid != self.grid_size:
-            if not self.cfg.dynamic_img_size:
+        if always or grid != self.grid_size:
+            if not (always or self.cfg.dynamic_img_size):
                 p = self.cfg.patch_size
                 raise ValueError(
                     f"input of {grid[0] * p}x{grid[1] * p} gives a {grid[0]}x{grid[1]} patch "
@@ -376,7 +379,7 @@ class VisionTransformer(nn.Module):
                     f"dynamic_img_size=True to interpolate on the fly."
                 )
             pos = interpolate_pos_embed(pos, self.grid_size, grid, self.cfg.num_pos_prefix,
-                                        antialias=self.cfg.pos_antialias)
+                                        antialias=self.cfg.pos_antialias, always=always)
         if self.cfg.no_embed_class:
             x = x + pos  # the table covers the patches only
         B = x.shape[0]

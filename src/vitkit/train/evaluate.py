@@ -16,6 +16,7 @@ from vitkit.checkpoints.io import load_model
 from vitkit.data.datasets import load_split
 from vitkit.data.images import find_images, load_image, preprocessing
 from vitkit.data.transforms import Transformed, eval_transform
+from vitkit.deploy.runtime import OnnxModel, is_onnx
 from vitkit.errors import ImageError, VitkitError
 from vitkit.train.trainer import evaluate
 from vitkit.util.files import atomic_write
@@ -31,7 +32,7 @@ def evaluate_checkpoint(checkpoint: str | os.PathLike, data: str, split: str = "
     With ``out``, writes ``eval.json`` and ``confusion.png`` there. ``img_size``: evaluate at
     another input size, the position table interpolated (bicubic) as ``load_model`` does.
     """
-    model = load_model(checkpoint, img_size=img_size)
+    model = load_for_inference(checkpoint, img_size=img_size)
     (size, _), mean, std = preprocessing(model)
     ds = load_split(data, split, size, **data_options)
     if len(ds.classes) != model.num_classes:
@@ -54,6 +55,14 @@ def evaluate_checkpoint(checkpoint: str | os.PathLike, data: str, split: str = "
     return result
 
 
+def load_for_inference(checkpoint: str | os.PathLike, img_size=None):
+    """A checkpoint (:func:`load_model`), or an ONNX file under onnxruntime
+    (:class:`vitkit.deploy.runtime.OnnxModel`), for eval and predict."""
+    if is_onnx(checkpoint):
+        return OnnxModel(checkpoint, img_size=img_size)
+    return load_model(checkpoint, img_size=img_size)
+
+
 @torch.no_grad()
 def predict(checkpoint: str | os.PathLike, inputs: list[str | os.PathLike], top_k: int = 5,
             out: str | os.PathLike | None = None) -> list[dict]:
@@ -68,7 +77,7 @@ def predict(checkpoint: str | os.PathLike, inputs: list[str | os.PathLike], top_
     if out is not None and Path(out).is_dir():
         raise VitkitError(f"--out {out} is a folder; give a file name ending in .csv or .json")
     files = find_images(inputs)
-    model = load_model(checkpoint)
+    model = load_for_inference(checkpoint)
     size, mean, std = preprocessing(model)
     names = model.cfg.extra.get("class_names") or [str(i) for i in range(model.num_classes)]
     rows = []

@@ -1,0 +1,250 @@
+"""int8 for the CPU that keeps its accuracy: onnxruntime's quantisation of a vitkit ONNX file,
+measured on the user's data, with the layers that cannot take it kept in float.
+
+Naive int8 of a ViT can take ImageNet top-1 to 0% (TinyNeuralNetwork #204) until the residual
+adds and a few sensitive layers stay in float. Here only the matrix products (``MatMul``,
+``Gemm``, ``Conv``) are quantised: the residual adds, LayerNorm, the softmax and GELU stay in
+float by construction. Then:
+
+1. the float and int8 models are scored (top-1) on the evaluation images;
+2. if int8 loses more than the budget, every quantised product's sensitivity is measured (the
+   change of the logits when it alone is int8, on calibration images), and the most sensitive
+   are kept in float, 1, 2, 4, ... of them, until the loss is within the budget or half of
+   them are in float (past that int8 gains little);
+3. a model still over the budget is refused (nothing written) unless ``force``.
+
+``mode="static"`` calibrates activation ranges on images from the data (QDQ format, uint8
+activations, int8 per-channel weights); ``"dynamic"`` quantises the weights and computes
+activation ranges per batch at run time (no calibration). The outcome is a
+:class:`Quantized` report; the file is written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Subset
+
+from vitkit.checkpoints.common import CheckpointError
+from vitkit.data.datasets import load_split
+from vitkit.data.transforms import Transformed, eval_transform
+from vitkit.deploy.runtime import OnnxModel
+from vitkit.errors import ConfigError
+from vitkit.util.files import atomic_write
+
+QUANTISED = ("MatMul", "Gemm", "Conv")  # everything else stays in float
+MODES = ("static", "dynamic")
+MAX_FLOAT = 0.5  # keep at most this share of the products in float: past it int8 gains little
+
+
+@dataclass
+class Quantized:
+    """What :func:`quantize` measured and did."""
+
+    mode: str
+    images: int  # evaluation images
+    float_top1: float
+    int8_top1: float
+    budget: float  # the most top-1 (a share, 0.01 = 1 point) int8 may lose
+    quantised: int  # products in int8
+    kept_float: list[str] = field(default_factory=list)  # products kept in float, by name
+    written: bool = False
+    path: str = ""
+    float_mb: float = 0.0
+    int8_mb: float = 0.0
+
+    @property
+    def loss(self) -> float:
+        return self.float_top1 - self.int8_top1
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "loss": self.loss}
+
+
+def _loader(data: str, split: str, size, mean, std, limit: int, root: str) -> DataLoader:
+    ds = load_split(data, split, size[0] if size[0] == size[1] else size, root=root)
+    images = Transformed(ds, eval_transform(size, mean, std))
+    if limit and len(images) > limit:
+        order = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))
+        images = Subset(images, sorted(order[:limit].tolist()))
+    if len(images) == 0:
+        raise ConfigError(f"{data} ({split}) has no readable image to "
+                          f"{'calibrate' if split == 'train' else 'evaluate'} on")
+    return DataLoader(images, batch_size=64)
+
+
+@torch.no_grad()
+def top1(model: OnnxModel, loader: DataLoader) -> float:
+    right = total = 0
+    for x, y in loader:
+        right += (model(x).argmax(-1) == y).sum().item()
+        total += len(y)
+    return right / total
+
+
+class _Calibration:
+    """onnxruntime's CalibrationDataReader protocol over a loader: {input: batch} dicts."""
+
+    def __init__(self, loader: DataLoader, name: str) -> None:
+        self.batches = [x.numpy() for x, _ in loader]
+        self.name, self.i = name, 0
+
+    def get_next(self):
+        if self.i >= len(self.batches):
+            return None
+        self.i += 1
+        return {self.name: self.batches[self.i - 1]}
+
+    def rewind(self) -> None:
+        self.i = 0
+
+
+def _plain(src: Path, dst: Path) -> Path:
+    """``src`` without the exporter's recorded intermediate shapes (onnx's shape inference,
+    which the quantiser runs, recomputes them and refuses where a traced one disagrees)."""
+    import onnx
+
+    proto = onnx.load(str(src))
+    del proto.graph.value_info[:]
+    onnx.save_model(proto, str(dst))
+    return dst
+
+
+def _products(path: Path) -> list:
+    import onnx
+
+    return [n for n in onnx.load(str(path), load_external_data=False).graph.node
+            if n.op_type in QUANTISED]
+
+
+def _quantise(src: Path, dst: Path, mode: str, calibration: _Calibration | None,
+              exclude: list[str], cache: Path, only: list[str] | None = None) -> None:
+    import onnxruntime.quantization as q  # the deploy extra
+
+    if mode == "dynamic":
+        q.quantize_dynamic(src, dst, op_types_to_quantize=list(QUANTISED), per_channel=True,
+                         weight_type=q.QuantType.QInt8, nodes_to_exclude=exclude,
+                         nodes_to_quantize=only)
+        return
+    calibration.rewind()
+    q.quantize_static(src, dst, calibration, quant_format=q.QuantFormat.QDQ,
+                    op_types_to_quantize=list(QUANTISED), per_channel=True, reduce_range=True,
+                    activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8,
+                    nodes_to_exclude=exclude, nodes_to_quantize=only,
+                    calibrate_method=q.CalibrationMethod.MinMax, calibration_cache_path=cache)
+
+
+def sensitivity(src: Path, products: list, quantise, batch: np.ndarray,
+                tmp: Path) -> dict[str, float]:
+    """Each product's sensitivity: the relative L2 change of the logits on ``batch`` when
+    that product alone is int8 (``quantise(dst, only=[name])``; the calibrated ranges are
+    cached, so each costs one graph rewrite and one forward)."""
+    import onnxruntime as ort
+
+    def logits(path: Path) -> np.ndarray:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return session.run(None, {session.get_inputs()[0].name: batch})[0].astype(np.float64)
+
+    ref = logits(src)
+    out = {}
+    for node in products:
+        quantise(tmp, only=[node.name])
+        out[node.name] = float(np.linalg.norm(logits(tmp) - ref) / max(np.linalg.norm(ref),
+                                                                        1e-12))
+    return out
+
+
+def quantize(src: str | os.PathLike, dst: str | os.PathLike, data: str, *,
+             split: str = "val", calibration_images: int = 256, eval_images: int = 2000,
+             budget: float = 0.01, mode: str = "static", force: bool = False,
+             root: str = "data", say=print) -> Quantized:
+    """Quantise the vitkit ONNX file ``src`` to int8 at ``dst`` (see the module docstring).
+    ``data``: a data spec or image folder; calibration images come from its training split,
+    the accuracy from ``split``."""
+    if mode not in MODES:
+        raise ConfigError(f"--mode must be static or dynamic, got {mode!r}")
+    if not 0 <= budget < 1:
+        raise ConfigError(f"--budget is a share of top-1 in [0, 1) (0.01 = 1 point), got "
+                          f"{budget}")
+    src, dst = Path(src), Path(dst)
+    if src.resolve() == dst.resolve():
+        raise ConfigError(f"the int8 model would replace {src}; give another output path")
+    fp32 = OnnxModel(src)
+    (size, mean, std) = (fp32.cfg.img_size, fp32.cfg.extra["mean"], fp32.cfg.extra["std"])
+    evaluation = _loader(data, split, size, mean, std, eval_images, root)
+    names = load_split(data, split, size[0], root=root).classes
+    if len(names) != fp32.num_classes:
+        raise ConfigError(f"{src} has {fp32.num_classes} classes but {data} has {len(names)}; "
+                          "quantise on the data the model was trained for")
+    calibration = None
+    if mode == "static":
+        calibration = _Calibration(_loader(data, "train", size, mean, std, calibration_images,
+                                           root), fp32.input)
+    with tempfile.TemporaryDirectory(prefix="vitkit-int8-") as tmp:
+        work, cache = Path(tmp) / "int8.onnx", Path(tmp) / "ranges"
+        src = _plain(src, Path(tmp) / "float.onnx")
+        products = _products(src)
+        say(f"scoring the float model on {len(evaluation.dataset)} images of {data} ({split})")
+        float_top1 = top1(fp32, evaluation)
+        kept: list[str] = []
+        _quantise(src, work, mode, calibration, kept, cache)
+        int8_top1 = top1(OnnxModel(work), evaluation)
+        say(f"float top-1 {float_top1:.4f}, int8 top-1 {int8_top1:.4f} with all "
+            f"{len(products)} products in int8")
+        if float_top1 - int8_top1 > budget:
+            batch = (calibration.batches[0] if calibration is not None
+                     else next(iter(evaluation))[0].numpy())
+            say(f"measuring the sensitivity of each of the {len(products)} products")
+            ranked = sorted(sensitivity(
+                src, products, lambda dst, only: _quantise(src, dst, mode, calibration, [],
+                                                           cache, only),
+                batch, Path(tmp) / "one.onnx").items(), key=lambda kv: -kv[1])
+            most = int(len(products) * MAX_FLOAT)
+            k = 1
+            while float_top1 - int8_top1 > budget and len(kept) < most:
+                kept = [name for name, _ in ranked[:k]]
+                _quantise(src, work, mode, calibration, kept, cache)
+                int8_top1 = top1(OnnxModel(work), evaluation)
+                say(f"kept the {len(kept)} most sensitive product(s) in float: int8 top-1 "
+                    f"{int8_top1:.4f}")
+                k = min(2 * k, most)
+        report = Quantized(mode=mode, images=len(evaluation.dataset), float_top1=float_top1,
+                           int8_top1=int8_top1, budget=budget,
+                           quantised=len(products) - len(kept), kept_float=kept,
+                           float_mb=src.stat().st_size / 1e6, int8_mb=work.stat().st_size / 1e6)
+        if report.loss > budget and not force:
+            raise ConfigError(
+                f"int8 loses {report.loss * 100:.2f} points of top-1 on {data} ({split}): "
+                f"{float_top1:.4f} -> {int8_top1:.4f}, over the budget of {budget * 100:g} "
+                f"with {len(kept)} of {len(products)} products kept in float. Nothing was "
+                f"written to {dst}. Raise --budget, calibrate on more images "
+                "(--calibration-images), or pass --force to write it anyway")
+        _mark(work, report)
+        atomic_write(dst, lambda t: t.write_bytes(work.read_bytes()))
+    report.written, report.path = True, str(dst)
+    return report
+
+
+def _mark(path: Path, report: Quantized) -> None:
+    """Record the measurement in the int8 file's metadata (``vitkit.int8``)."""
+    import onnx
+
+    proto = onnx.load(str(path))
+    entry = proto.metadata_props.add()
+    entry.key = "vitkit.int8"
+    entry.value = json.dumps({k: v for k, v in report.to_dict().items()
+                              if k not in ("written", "path")})
+    onnx.save_model(proto, str(path))
+
+
+def check_onnx(path: str | os.PathLike) -> None:
+    """An input to ``vitkit quantize`` must be a vitkit ONNX file (refused otherwise)."""
+    if Path(path).suffix.lower() != ".onnx":
+        raise CheckpointError(f"{path} is not an .onnx file; export it first: vitkit convert "
+                              f"{path} model.onnx --to onnx")

@@ -1,13 +1,20 @@
-"""int8 with onnxruntime (vitkit.deploy.quantize): a planted activation outlier that naive
-int8 breaks is found by the sensitivity search and kept in float; an unmeetable budget writes
-nothing (to come: its test and the command)."""
+"""int8 with onnxruntime (vitkit.deploy.quantize, vitkit quantize): a planted activation
+outlier that naive int8 breaks is found by the sensitivity search and kept in float; the
+command takes a checkpoint, reports both accuracies and writes a file eval reads; an
+unmeetable budget and a calibration folder with no image are one message, exit 2, no file;
+every exported family goes through the quantiser and keeps its function."""
 
+import pytest
 import torch
 from doctor_catalogue import TRAINED
+from test_deploy import FAMILIES
+from test_deploy import _model as family_model
 
 import vitkit
+from vitkit.cli import main
+from vitkit.data.datasets import load_split
 from vitkit.deploy import export_onnx
-from vitkit.deploy.quantize import quantize
+from vitkit.deploy.quantize import _loader, quantize
 from vitkit.deploy.runtime import OnnxModel
 
 
@@ -40,3 +47,68 @@ def test_the_sensitivity_search_keeps_the_outlier_in_float(tmp_path):
     assert 0 < len(report.kept_float) <= 4 < report.quantised
     assert OnnxModel(tmp_path / "q.onnx").metadata["vitkit.int8"]
 
+
+
+def test_the_command_quantises_a_checkpoint_and_eval_reads_the_result(tmp_path, capsys):
+    out = tmp_path / "int8.onnx"
+    assert main(["quantize", str(TRAINED), str(out), "--data", "digits"]) == 0
+    printed = capsys.readouterr().out
+    line = next(t for t in printed.splitlines() if "float top-1" in t)
+    float_top1 = float(line.split("float top-1 ")[1].split(",")[0])
+    int8_top1 = float(line.split("int8 top-1 ")[1].split()[0])
+    assert float_top1 > 0.8 and float_top1 - int8_top1 <= 0.01
+    assert f"wrote {out}" in printed
+    # the same number from `vitkit eval` on the written file, and the float one from the
+    # checkpoint: the command scored what it wrote
+    from vitkit.train.evaluate import evaluate_checkpoint
+    assert evaluate_checkpoint(out, "digits")["top1"] == pytest.approx(int8_top1, abs=1e-4)
+    assert evaluate_checkpoint(TRAINED, "digits")["top1"] == pytest.approx(float_top1,
+                                                                           abs=1e-4)
+
+
+def test_an_unmeetable_budget_writes_nothing(tmp_path, capsys):
+    src = export_onnx(_planted(range(4)), tmp_path / "m.onnx")
+    out = tmp_path / "q.onnx"
+    # no product may stay in float: the planted outlier costs more than the budget
+    assert main(["quantize", str(src), str(out), "--data", "digits", "--max-float", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "over the budget of 1" in err and "Nothing was written" in err
+    assert not out.exists() and list(tmp_path.iterdir()) == [src]
+    # told to, it writes the model and says it is over the budget
+    assert main(["quantize", str(src), str(out), "--data", "digits", "--max-float", "0",
+                 "--force"]) == 0
+    assert "written because of --force" in capsys.readouterr().out and out.exists()
+
+
+def test_a_calibration_folder_without_an_image_is_named(tmp_path, capsys):
+    folder = tmp_path / "calib"
+    folder.mkdir()
+    (folder / "broken.png").write_bytes(b"not a png")
+    (folder / "notes.txt").write_text("no images here")
+    out = tmp_path / "q.onnx"
+    assert main(["quantize", str(TRAINED), str(out), "--data", "digits",
+                 "--calibration", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "no readable image" in err and "broken.png" in err and "Traceback" not in err
+    assert not out.exists()
+    with pytest.raises(SystemExit) as bad:  # points of top-1, not a share
+        main(["quantize", str(TRAINED), str(out), "--data", "digits", "--budget", "150"])
+    assert bad.value.code == 2 and not out.exists()
+    assert "expected points of top-1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_quantises_and_keeps_its_function(family, tmp_path):
+    """Each family's graph through the quantiser (static, calibrated on digits): the int8 file
+    runs in onnxruntime and its logits stay close to the float ones."""
+    model = family_model(family).eval()
+    src = export_onnx(model, tmp_path / "m.onnx")
+    report = quantize(src, tmp_path / "q.onnx", "digits:0-4", eval_images=40,
+                      calibration_images=16, budget=0.99, say=lambda _: None)
+    assert report.written and report.quantised > 0
+    cfg = OnnxModel(src).cfg  # images as calibrated: digits, preprocessed from the metadata
+    x = next(iter(_loader(load_split("digits:0-4", "val", cfg.img_size[0]), cfg.img_size,
+                          cfg.extra["mean"], cfg.extra["std"], 8)))[0]
+    ref, int8 = OnnxModel(src)(x), OnnxModel(tmp_path / "q.onnx")(x)
+    assert int8.shape == ref.shape
+    assert (int8 - ref).norm() / ref.norm() < 0.1  # int8 rounding, not another function

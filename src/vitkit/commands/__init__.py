@@ -11,8 +11,8 @@ import importlib
 from types import ModuleType
 
 # The order is the order of ``vitkit --help``.
-COMMANDS = ("info", "list", "convert", "resize", "attention", "trust", "audit", "train", "eval",
-            "predict", "doctor", "explore", "demo", "study", "bench")
+COMMANDS = ("info", "list", "convert", "resize", "quantize", "attention", "trust", "audit",
+            "train", "eval", "predict", "doctor", "explore", "demo", "study", "bench")
 
 
 def load(name: str) -> ModuleType:

@@ -31,7 +31,7 @@ DATASETS = ("digits", "digits:CLASSES", "cluttered-digits", "fashion-boxes", "fa
             "fashion-mnist:CLASSES", "mnist", "mnist:CLASSES", "imagefolder:PATH", "cifar10",
             "cifar100", "SPEC+mark:CLASS")
 __all__ = ["DATASETS", "IMAGE_SUFFIXES", "DataError", "GreyImages", "Split", "load_split",
-           "parse_classes"]
+           "loose_images", "parse_classes"]
 
 
 @dataclass
@@ -182,6 +182,23 @@ def _scan_folder(root: Path, classes: list[str] | None = None) -> Split:
         images += good
         labels += [label] * len(good)
     return Split(images, labels, classes, skipped)
+
+
+def loose_images(folder: str | os.PathLike) -> Split:
+    """Every readable image under ``folder``, at any depth, unlabelled (label 0): a calibration
+    set. ``skipped`` lists the files with an image suffix that did not open."""
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        raise DataError(f"image folder {root} does not exist")
+    files = sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+    good = [p for p in files if _is_readable(p)]
+    if not good:
+        raise DataError(
+            f"{root} has no readable image: expected files ending in "
+            f"{', '.join(sorted(IMAGE_SUFFIXES))}, found {len(files)} with such a name"
+            + (f" that did not open ({files[0].name}{', ...' if len(files) > 1 else ''})"
+               if files else "") + ". Point it at a folder of images")
+    return Split(good, [0] * len(good), ["image"], [str(p) for p in files if p not in set(good)])
 
 
 def _image_folder(path: str, split: str, val_fraction: float, seed: int) -> Split:

@@ -9,9 +9,11 @@ float by construction. Then:
 1. the float and int8 models are scored (top-1) on the evaluation images;
 2. if int8 loses more than the budget, every quantised product's sensitivity is measured (the
    change of the logits when it alone is int8, on calibration images), and the most sensitive
-   are kept in float, 1, 2, 4, ... of them, until the loss is within the budget or half of
-   them are in float (past that int8 gains little);
+   are kept in float, 1, 2, 4, ... of them, until the loss is within the budget or
+   ``max_float`` of them (default half) are in float (past that int8 gains little);
 3. a model still over the budget is refused (nothing written) unless ``force``.
+
+A checkpoint in any layout vitkit reads is exported to ONNX first.
 
 ``mode="static"`` calibrates activation ranges on images from the data (QDQ format, uint8
 activations, int8 per-channel weights); ``"dynamic"`` quantises the weights and computes
@@ -31,10 +33,11 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Subset
 
-from vitkit.checkpoints.common import CheckpointError
-from vitkit.data.datasets import load_split
+from vitkit.checkpoints.io import load_model
+from vitkit.data.datasets import load_split, loose_images
 from vitkit.data.transforms import Transformed, eval_transform
-from vitkit.deploy.runtime import OnnxModel
+from vitkit.deploy.onnx_export import export_onnx
+from vitkit.deploy.runtime import OnnxModel, is_onnx
 from vitkit.errors import ConfigError
 from vitkit.util.files import atomic_write
 
@@ -51,6 +54,7 @@ class Quantized:
     images: int  # evaluation images
     float_top1: float
     int8_top1: float
+    naive_top1: float  # every product in int8
     budget: float  # the most top-1 (a share, 0.01 = 1 point) int8 may lose
     quantised: int  # products in int8
     kept_float: list[str] = field(default_factory=list)  # products kept in float, by name
@@ -67,16 +71,30 @@ class Quantized:
         return {**asdict(self), "loss": self.loss}
 
 
-def _loader(data: str, split: str, size, mean, std, limit: int, root: str) -> DataLoader:
-    ds = load_split(data, split, size[0] if size[0] == size[1] else size, root=root)
-    images = Transformed(ds, eval_transform(size, mean, std))
+def _loader(images, size, mean, std, limit: int) -> DataLoader:
+    """A loader over ``images`` (a Split) preprocessed as the model's metadata says, at most
+    ``limit`` of them (a fixed random choice)."""
+    images = Transformed(images, eval_transform(size, mean, std))
     if limit and len(images) > limit:
         order = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))
         images = Subset(images, sorted(order[:limit].tolist()))
-    if len(images) == 0:
-        raise ConfigError(f"{data} ({split}) has no readable image to "
-                          f"{'calibrate' if split == 'train' else 'evaluate'} on")
     return DataLoader(images, batch_size=64)
+
+
+def _calibration_images(calibration: str | None, data: str, size, root: str):
+    """The calibration set: a folder of images (any depth, labels unused), a data spec's
+    training split, or (None) the training split of ``data``."""
+    if calibration is not None and Path(calibration).expanduser().is_dir():
+        return loose_images(calibration)
+    return load_split(calibration or data, "train", size, root=root)
+
+
+def _as_onnx(src: Path, tmp: Path, say) -> Path:
+    """``src`` itself when it is an ONNX file, else the checkpoint exported to one in ``tmp``."""
+    if is_onnx(src):
+        return src
+    say(f"exporting {src} to onnx first")
+    return export_onnx(load_model(src, verbose=False), tmp / "exported.onnx")
 
 
 @torch.no_grad()
@@ -88,8 +106,9 @@ def top1(model: OnnxModel, loader: DataLoader) -> float:
     return right / total
 
 
-class _Calibration:
-    """onnxruntime's CalibrationDataReader protocol over a loader: {input: batch} dicts."""
+class Calibration:
+    """onnxruntime's CalibrationDataReader protocol over a loader of (images, labels) batches:
+    {input: images} dicts."""
 
     def __init__(self, loader: DataLoader, name: str) -> None:
         self.batches = [x.numpy() for x, _ in loader]
@@ -105,7 +124,7 @@ class _Calibration:
         self.i = 0
 
 
-def _plain(src: Path, dst: Path) -> Path:
+def plain_graph(src: Path, dst: Path) -> Path:
     """``src`` without the exporter's recorded intermediate shapes (onnx's shape inference,
     which the quantiser runs, recomputes them and refuses where a traced one disagrees)."""
     import onnx
@@ -123,8 +142,12 @@ def _products(path: Path) -> list:
             if n.op_type in QUANTISED]
 
 
-def _quantise(src: Path, dst: Path, mode: str, calibration: _Calibration | None,
-              exclude: list[str], cache: Path, only: list[str] | None = None) -> None:
+def quantise_graph(src: Path, dst: Path, mode: str, calibration: Calibration | None,
+                   exclude: list[str], cache: Path | None = None,
+                   only: list[str] | None = None) -> None:
+    """``src`` (from :func:`plain_graph`) in int8 at ``dst``: the products (all, or ``only``)
+    but ``exclude``; static mode calibrates on ``calibration`` (the ranges kept in ``cache``
+    for the next call)."""
     import onnxruntime.quantization as q  # the deploy extra
 
     if mode == "dynamic":
@@ -137,7 +160,10 @@ def _quantise(src: Path, dst: Path, mode: str, calibration: _Calibration | None,
                     op_types_to_quantize=list(QUANTISED), per_channel=True, reduce_range=True,
                     activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8,
                     nodes_to_exclude=exclude, nodes_to_quantize=only,
-                    calibrate_method=q.CalibrationMethod.MinMax, calibration_cache_path=cache)
+                    calibrate_method=q.CalibrationMethod.MinMax, calibration_cache_path=cache,
+                    # a product's output goes to a float op (add, softmax, LayerNorm) or is the
+                    # logits: rounding it to 8 bits loses accuracy for nothing (and ties logits)
+                    extra_options={"OpTypesToExcludeOutputQuantization": list(QUANTISED)})
 
 
 def sensitivity(src: Path, products: list, quantise, batch: np.ndarray,
@@ -161,72 +187,88 @@ def sensitivity(src: Path, products: list, quantise, batch: np.ndarray,
 
 
 def quantize(src: str | os.PathLike, dst: str | os.PathLike, data: str, *,
-             split: str = "val", calibration_images: int = 256, eval_images: int = 2000,
-             budget: float = 0.01, mode: str = "static", force: bool = False,
+             split: str = "val", calibration: str | None = None,
+             calibration_images: int = 256, eval_images: int = 2000, budget: float = 0.01,
+             mode: str = "static", max_float: float = MAX_FLOAT, force: bool = False,
              root: str = "data", say=print) -> Quantized:
-    """Quantise the vitkit ONNX file ``src`` to int8 at ``dst`` (see the module docstring).
-    ``data``: a data spec or image folder; calibration images come from its training split,
-    the accuracy from ``split``."""
+    """Quantise ``src`` (a vitkit ONNX file, or any checkpoint vitkit reads, exported first) to
+    int8 at ``dst`` (see the module docstring). ``data``: a data spec (``imagefolder:PATH``
+    for a folder of class folders); its ``split`` gives the accuracy. ``calibration``: a folder
+    of images or a data spec whose training split calibrates (default: ``data``'s).
+    ``max_float``: the most of the products (a share) the search may keep in float."""
     if mode not in MODES:
         raise ConfigError(f"--mode must be static or dynamic, got {mode!r}")
     if not 0 <= budget < 1:
         raise ConfigError(f"--budget is a share of top-1 in [0, 1) (0.01 = 1 point), got "
                           f"{budget}")
+    if not 0 <= max_float <= 1:
+        raise ConfigError(f"--max-float is a share of the products in [0, 1], got {max_float}")
     src, dst = Path(src), Path(dst)
     if src.resolve() == dst.resolve():
         raise ConfigError(f"the int8 model would replace {src}; give another output path")
-    fp32 = OnnxModel(src)
-    (size, mean, std) = (fp32.cfg.img_size, fp32.cfg.extra["mean"], fp32.cfg.extra["std"])
-    evaluation = _loader(data, split, size, mean, std, eval_images, root)
-    names = load_split(data, split, size[0], root=root).classes
-    if len(names) != fp32.num_classes:
-        raise ConfigError(f"{src} has {fp32.num_classes} classes but {data} has {len(names)}; "
-                          "quantise on the data the model was trained for")
-    calibration = None
-    if mode == "static":
-        calibration = _Calibration(_loader(data, "train", size, mean, std, calibration_images,
-                                           root), fp32.input)
     with tempfile.TemporaryDirectory(prefix="vitkit-int8-") as tmp:
-        work, cache = Path(tmp) / "int8.onnx", Path(tmp) / "ranges"
-        src = _plain(src, Path(tmp) / "float.onnx")
-        products = _products(src)
-        say(f"scoring the float model on {len(evaluation.dataset)} images of {data} ({split})")
-        float_top1 = top1(fp32, evaluation)
-        kept: list[str] = []
-        _quantise(src, work, mode, calibration, kept, cache)
-        int8_top1 = top1(OnnxModel(work), evaluation)
-        say(f"float top-1 {float_top1:.4f}, int8 top-1 {int8_top1:.4f} with all "
-            f"{len(products)} products in int8")
-        if float_top1 - int8_top1 > budget:
-            batch = (calibration.batches[0] if calibration is not None
-                     else next(iter(evaluation))[0].numpy())
-            say(f"measuring the sensitivity of each of the {len(products)} products")
-            ranked = sorted(sensitivity(
-                src, products, lambda dst, only: _quantise(src, dst, mode, calibration, [],
-                                                           cache, only),
-                batch, Path(tmp) / "one.onnx").items(), key=lambda kv: -kv[1])
-            most = int(len(products) * MAX_FLOAT)
-            k = 1
-            while float_top1 - int8_top1 > budget and len(kept) < most:
-                kept = [name for name, _ in ranked[:k]]
-                _quantise(src, work, mode, calibration, kept, cache)
-                int8_top1 = top1(OnnxModel(work), evaluation)
-                say(f"kept the {len(kept)} most sensitive product(s) in float: int8 top-1 "
-                    f"{int8_top1:.4f}")
-                k = min(2 * k, most)
-        report = Quantized(mode=mode, images=len(evaluation.dataset), float_top1=float_top1,
-                           int8_top1=int8_top1, budget=budget,
-                           quantised=len(products) - len(kept), kept_float=kept,
-                           float_mb=src.stat().st_size / 1e6, int8_mb=work.stat().st_size / 1e6)
-        if report.loss > budget and not force:
-            raise ConfigError(
-                f"int8 loses {report.loss * 100:.2f} points of top-1 on {data} ({split}): "
-                f"{float_top1:.4f} -> {int8_top1:.4f}, over the budget of {budget * 100:g} "
-                f"with {len(kept)} of {len(products)} products kept in float. Nothing was "
-                f"written to {dst}. Raise --budget, calibrate on more images "
-                "(--calibration-images), or pass --force to write it anyway")
-        _mark(work, report)
-        atomic_write(dst, lambda t: t.write_bytes(work.read_bytes()))
+        fp32 = OnnxModel(_as_onnx(src, Path(tmp), say))
+        size, mean, std = fp32.cfg.img_size, fp32.cfg.extra["mean"], fp32.cfg.extra["std"]
+        side = size[0] if size[0] == size[1] else size
+        scored = load_split(data, split, side, root=root)
+        if len(scored.classes) != fp32.num_classes:
+            raise ConfigError(f"{src} has {fp32.num_classes} classes but {data} has "
+                              f"{len(scored.classes)}; quantise on the data the model was "
+                              "trained for")
+        evaluation = _loader(scored, size, mean, std, eval_images)
+        calibrating = None
+        if mode == "static":
+            calibrating = Calibration(_loader(
+                _calibration_images(calibration, data, side, root), size, mean, std,
+                calibration_images), fp32.input)
+        return _search(fp32, dst, mode, calibrating, evaluation, budget, max_float, force,
+                       f"{data} ({split})", Path(tmp), say)
+
+
+def _search(fp32: OnnxModel, dst: Path, mode: str, calibration, evaluation: DataLoader,
+            budget: float, max_float: float, force: bool, scored_on: str, tmp: Path,
+            say) -> Quantized:
+    """Steps 1-3 of the module docstring, in ``tmp``; ``dst`` written only within budget."""
+    work, cache = tmp / "int8.onnx", tmp / "ranges"
+    src = plain_graph(fp32.path, tmp / "float.onnx")
+    products = _products(src)
+    say(f"scoring the float model on {len(evaluation.dataset)} images of {scored_on}")
+    float_top1 = top1(fp32, evaluation)
+    kept: list[str] = []
+    quantise_graph(src, work, mode, calibration, kept, cache)
+    int8_top1 = naive_top1 = top1(OnnxModel(work), evaluation)
+    say(f"float top-1 {float_top1:.4f}, int8 top-1 {int8_top1:.4f} with all "
+        f"{len(products)} products in int8")
+    most = int(len(products) * max_float)
+    if float_top1 - int8_top1 > budget and most > 0:
+        batch = (calibration.batches[0] if calibration is not None
+                 else next(iter(evaluation))[0].numpy())
+        say(f"measuring the sensitivity of each of the {len(products)} products")
+        ranked = sorted(sensitivity(
+            src, products, lambda dst, only: quantise_graph(src, dst, mode, calibration, [],
+                                                       cache, only),
+            batch, tmp / "one.onnx").items(), key=lambda kv: -kv[1])
+        k = 1
+        while float_top1 - int8_top1 > budget and len(kept) < most:
+            kept = [name for name, _ in ranked[:k]]
+            quantise_graph(src, work, mode, calibration, kept, cache)
+            int8_top1 = top1(OnnxModel(work), evaluation)
+            say(f"kept the {len(kept)} most sensitive product(s) in float: int8 top-1 "
+                f"{int8_top1:.4f}")
+            k = min(2 * k, most)
+    report = Quantized(mode=mode, images=len(evaluation.dataset), float_top1=float_top1,
+                       int8_top1=int8_top1, naive_top1=naive_top1, budget=budget,
+                       quantised=len(products) - len(kept), kept_float=kept,
+                       float_mb=src.stat().st_size / 1e6, int8_mb=work.stat().st_size / 1e6)
+    if report.loss > budget and not force:
+        raise ConfigError(
+            f"int8 loses {report.loss * 100:.2f} points of top-1 on {scored_on}: "
+            f"{float_top1:.4f} -> {int8_top1:.4f}, over the budget of {budget * 100:g} "
+            f"with {len(kept)} of {len(products)} products kept in float (at most {most}). "
+            f"Nothing was written to {dst}. Raise --budget or --max-float, calibrate on more "
+            "images (--calibration-images), or pass --force to write it anyway")
+    _mark(work, report)
+    atomic_write(dst, lambda t: t.write_bytes(work.read_bytes()))
     report.written, report.path = True, str(dst)
     return report
 
@@ -242,9 +284,3 @@ def _mark(path: Path, report: Quantized) -> None:
                               if k not in ("written", "path")})
     onnx.save_model(proto, str(path))
 
-
-def check_onnx(path: str | os.PathLike) -> None:
-    """An input to ``vitkit quantize`` must be a vitkit ONNX file (refused otherwise)."""
-    if Path(path).suffix.lower() != ".onnx":
-        raise CheckpointError(f"{path} is not an .onnx file; export it first: vitkit convert "
-                              f"{path} model.onnx --to onnx")

@@ -130,7 +130,8 @@ def test_the_study_resumes_and_keeps_weights_only_where_needed(tmp_path, monkeyp
     argv = [*SMALLEST, "--out", str(out)]
     trained = []
     real_train = engine.train
-    monkeypatch.setattr(engine, "train", lambda cfg: trained.append(cfg.name) or real_train(cfg))
+    monkeypatch.setattr(engine, "train", lambda cfg, resume=None: trained.append(cfg.name)
+                        or real_train(cfg, resume=resume))
     assert main(argv) == 0
     assert trained == [f"{arm}-f0.1-s0" for arm in POINT]
     printed = capsys.readouterr().out
@@ -153,6 +154,36 @@ def test_the_study_resumes_and_keeps_weights_only_where_needed(tmp_path, monkeyp
     assert trained == ["vit-f0.1-s0"]
 
 
+def test_a_run_interrupted_before_its_record_is_resumed_not_retrained(tmp_path, monkeypatch,
+                                                                      capsys):
+    out = tmp_path / "study"
+    argv = [*SMALLEST, "--out", str(out), "--keep-checkpoints"]
+    assert main(argv) == 0
+    record = out / "results" / "vit-f0.1-s0.json"
+    first = json.loads(record.read_text())
+    resumed = []
+    real_train = engine.train
+    monkeypatch.setattr(engine, "train", lambda cfg, resume=None: resumed.append(
+        (cfg.name, resume)) or real_train(cfg, resume=resume))
+    # the run's folder holds its config and state but no record (the process died after its
+    # last checkpoint): it is continued from its state, and ends where it ended
+    record.unlink()
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert resumed == [("vit-f0.1-s0", out / "vit-f0.1-s0")]
+    assert "vit-f0.1-s0 stopped before it finished: resuming it" in capsys.readouterr().out
+    again = json.loads(record.read_text())
+    assert again["top1"] == first["top1"] and again["steps"] == first["steps"]
+    # a leftover of another plan (here another learning rate) is not resumed: trained again
+    record.unlink()
+    cfg = out / "vit-f0.1-s0" / "config.yaml"
+    cfg.write_text(yaml.safe_dump({**yaml.safe_load(cfg.read_text()), "lr": 0.5}))
+    resumed.clear()
+    assert main(argv) == 0
+    assert resumed == [("vit-f0.1-s0", None)]
+    assert "training it again" in capsys.readouterr().out
+
+
 def test_a_resumed_study_skips_what_is_done_and_retrains_a_missing_teacher(tiny_study,
                                                                           monkeypatch):
     out, _ = tiny_study  # runs after the checks above: it edits the study's records
@@ -160,7 +191,8 @@ def test_a_resumed_study_skips_what_is_done_and_retrains_a_missing_teacher(tiny_
     first = (out / "study.csv").read_text()
     trained = []
     real_train = engine.train
-    monkeypatch.setattr(engine, "train", lambda cfg: trained.append(cfg.name) or real_train(cfg))
+    monkeypatch.setattr(engine, "train", lambda cfg, resume=None: trained.append(cfg.name)
+                        or real_train(cfg, resume=resume))
     assert main(argv) == 0
     assert trained == [] and (out / "study.csv").read_text() == first
     (out / "results" / "vit-distilled-f0.5-s0.json").unlink()  # crashed before the student

@@ -41,6 +41,8 @@ from vitkit.data.datasets import load_split
 from vitkit.data.idx import find_idx_folder
 from vitkit.errors import ConfigError
 from vitkit.recipe import study_base, study_budget, study_converge
+from vitkit.train import config as config_io
+from vitkit.train import resume as resume_io
 from vitkit.train import runfolder
 from vitkit.train.config import resolve
 from vitkit.train.evaluate import evaluate_checkpoint
@@ -364,11 +366,8 @@ class Study:
                needed_later: bool) -> dict:
         cfg = resolve({**_base(self.plan), **options, "data_fraction": fraction, "seed": seed,
                        "name": name})
-        if (self.out / name).exists():  # a run of this study that stopped before its record
-            shutil.rmtree(self.out / name)
-            self.say(f"{name} stopped before it finished: training it again")
         start = time.perf_counter()
-        result = train(cfg)
+        result = train(cfg, resume=self._interrupted(name, cfg))
         seconds = time.perf_counter() - start
         row = dict(arm=arm, claim=ARMS[arm][1] if arm in ARMS else "", fraction=fraction,
                    images=result.train_images, seed=seed, top1=result.history[-1]["val_top1"],
@@ -384,6 +383,29 @@ class Study:
         if not needed_later and not self.plan.keep_checkpoints:
             drop_weights(result.run_dir)
         return self._take(name, row, seconds)
+
+    def _interrupted(self, name: str, cfg) -> Path | None:
+        """The folder of a run of this study that stopped before its record, when it can be
+        resumed (its state saved, its config this plan's): the run continues where it stopped
+        (early-stopping state included), so an interrupted hour-long pre-training loses at
+        most an epoch. Any other leftover is removed and the run starts again."""
+        folder = self.out / name
+        if not folder.exists():
+            return None
+        if self.finished(name) is not None:  # trained again for its weights, gone: from scratch
+            shutil.rmtree(folder)
+            return None
+        try:
+            resume_io.check_resumable(folder)
+            same = config_io.load(folder / "config.yaml") == cfg
+        except (ConfigError, OSError, ValueError):
+            same = False
+        if same:
+            self.say(f"{name} stopped before it finished: resuming it")
+            return folder
+        shutil.rmtree(folder)
+        self.say(f"{name} stopped before it finished: training it again")
+        return None
 
     @property
     def pretrained_cnn(self) -> str:

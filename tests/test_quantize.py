@@ -91,6 +91,12 @@ def test_a_calibration_folder_without_an_image_is_named(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no readable image" in err and "broken.png" in err and "Traceback" not in err
     assert not out.exists()
+    for flags, said in [(["--calibration", str(tmp_path / "nowhere")], "no such folder"),
+                        (["--calibration", str(folder), "--mode", "dynamic"],
+                         "applies to --mode static"),
+                        (["--calibration-images", "0"], "must be 1 or more")]:
+        assert main(["quantize", str(TRAINED), str(out), "--data", "digits", *flags]) == 2
+        assert said in capsys.readouterr().err and not out.exists()
     with pytest.raises(SystemExit) as bad:  # points of top-1, not a share
         main(["quantize", str(TRAINED), str(out), "--data", "digits", "--budget", "150"])
     assert bad.value.code == 2 and not out.exists()

@@ -86,6 +86,10 @@ def _calibration_images(calibration: str | None, data: str, size, root: str):
     training split, or (None) the training split of ``data``."""
     if calibration is not None and Path(calibration).expanduser().is_dir():
         return loose_images(calibration)
+    if calibration is not None and ("/" in calibration or os.sep in calibration) \
+            and ":" not in calibration:
+        raise ConfigError(f"--calibration {calibration}: no such folder. Give a folder of "
+                          "images or a data spec (e.g. imagefolder:PATH, digits)")
     return load_split(calibration or data, "train", size, root=root)
 
 
@@ -203,6 +207,12 @@ def quantize(src: str | os.PathLike, dst: str | os.PathLike, data: str, *,
                           f"{budget}")
     if not 0 <= max_float <= 1:
         raise ConfigError(f"--max-float is a share of the products in [0, 1], got {max_float}")
+    if calibration_images < 1 or eval_images < 0:
+        raise ConfigError(f"--calibration-images must be 1 or more and --eval-images 0 (all) or "
+                          f"more, got {calibration_images} and {eval_images}")
+    if calibration is not None and mode == "dynamic":
+        raise ConfigError("--calibration applies to --mode static (dynamic int8 computes its "
+                          "ranges at run time); drop it, or use --mode static")
     src, dst = Path(src), Path(dst)
     if src.resolve() == dst.resolve():
         raise ConfigError(f"the int8 model would replace {src}; give another output path")

@@ -23,7 +23,9 @@ activation ranges per batch at run time (no calibration). The outcome is a
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -154,6 +156,29 @@ def quantise_graph(src: Path, dst: Path, mode: str, calibration: Calibration | N
     for the next call)."""
     import onnxruntime.quantization as q  # the deploy extra
 
+    with _quiet_advice():
+        _run_quantiser(q, src, dst, mode, calibration, exclude, cache, only)
+
+
+class _Advice(logging.Filter):
+    """onnxruntime's quantiser advises, on the root logger at every call, its pre-processing
+    (shape inference, which :func:`plain_graph` leaves to it): not the user's to act on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pre-process" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _quiet_advice():
+    advice = _Advice()
+    logging.getLogger().addFilter(advice)
+    try:
+        yield
+    finally:
+        logging.getLogger().removeFilter(advice)
+
+
+def _run_quantiser(q, src, dst, mode, calibration, exclude, cache, only) -> None:
     if mode == "dynamic":
         q.quantize_dynamic(src, dst, op_types_to_quantize=list(QUANTISED), per_channel=True,
                          weight_type=q.QuantType.QInt8, nodes_to_exclude=exclude,

@@ -83,16 +83,16 @@ def _loader(images, size, mean, std, limit: int) -> DataLoader:
     return DataLoader(images, batch_size=64)
 
 
-def _calibration_images(calibration: str | None, data: str, size, root: str):
-    """The calibration set: a folder of images (any depth, labels unused), a data spec's
-    training split, or (None) the training split of ``data``."""
+def _calibration_folder(calibration: str | None):
+    """The images of a calibration folder (any depth, labels unused), read before any work;
+    None for a data spec (or no ``calibration``)."""
     if calibration is not None and Path(calibration).expanduser().is_dir():
         return loose_images(calibration)
     if calibration is not None and ("/" in calibration or os.sep in calibration) \
             and ":" not in calibration:
         raise ConfigError(f"--calibration {calibration}: no such folder. Give a folder of "
                           "images or a data spec (e.g. imagefolder:PATH, digits)")
-    return load_split(calibration or data, "train", size, root=root)
+    return None
 
 
 def _as_onnx(src: Path, tmp: Path, say) -> Path:
@@ -241,6 +241,7 @@ def quantize(src: str | os.PathLike, dst: str | os.PathLike, data: str, *,
     src, dst = Path(src), Path(dst)
     if src.resolve() == dst.resolve():
         raise ConfigError(f"the int8 model would replace {src}; give another output path")
+    folder = _calibration_folder(calibration) if mode == "static" else None
     with tempfile.TemporaryDirectory(prefix="vitkit-int8-") as tmp:
         fp32 = OnnxModel(_as_onnx(src, Path(tmp), say))
         size, mean, std = fp32.cfg.img_size, fp32.cfg.extra["mean"], fp32.cfg.extra["std"]
@@ -253,9 +254,9 @@ def quantize(src: str | os.PathLike, dst: str | os.PathLike, data: str, *,
         evaluation = _loader(scored, size, mean, std, eval_images)
         calibrating = None
         if mode == "static":
-            calibrating = Calibration(_loader(
-                _calibration_images(calibration, data, side, root), size, mean, std,
-                calibration_images), fp32.input)
+            images = folder or load_split(calibration or data, "train", side, root=root)
+            calibrating = Calibration(_loader(images, size, mean, std, calibration_images),
+                                      fp32.input)
         return _search(fp32, dst, mode, calibrating, evaluation, budget, max_float, force,
                        f"{data} ({split})", Path(tmp), say)
 

@@ -41,6 +41,7 @@ for run in "$src"/*/; do
         if [[ -f $run$f ]]; then cp -a "$run$f" "$tmp/$name/"; fi
     done
 done
+if [[ -f $dst/README.md ]]; then cp "$dst/README.md" "$tmp/"; fi  # the folder's own note stays
 rm -rf "$dst"
 mv "$tmp" "$dst"
 du -sh "$dst"

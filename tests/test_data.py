@@ -137,3 +137,29 @@ def test_fashion_boxes_is_a_data_spec_with_boxes():
     assert len(split) == 200 and split.boxes.shape == (200, 4)
     img, label = split[0]
     assert img.size == (64, 64) and 0 <= label < 10 and split.classes[0] == "T-shirt/top"
+
+
+def test_a_sample_draws_its_augmentation_from_its_own_seed_and_leaves_the_global_rng_alone():
+    """Sample i of epoch e is augmented as under ``torch.manual_seed(sample_seed(s, e, i))``
+    (the documented rule; seeding only the CPU generator must not change a draw), and
+    drawing it does not move the caller's random state."""
+    from vitkit.data.transforms import Transformed, sample_seed, train_transform
+
+    rng = np.random.default_rng(0)
+    base = [(Image.fromarray(rng.integers(0, 255, (20, 20, 3), dtype=np.uint8)), k)
+            for k in range(4)]
+    transform = train_transform(16, (0.5,) * 3, (0.5,) * 3, randaugment=9,
+                                random_erasing=0.5)
+    data = Transformed(base, transform, seed=7)
+    data.set_epoch(3)
+    torch.manual_seed(123)
+    before = torch.rand(1)
+    torch.manual_seed(123)
+    drawn = [data[i][0] for i in range(4)]
+    assert torch.equal(torch.rand(1), before)  # the caller's stream is where it was
+    for i, x in enumerate(drawn):
+        torch.manual_seed(sample_seed(7, 3, i))
+        assert torch.equal(x, transform(base[i][0]))
+    assert not torch.equal(drawn[0], drawn[1])  # different samples, different draws
+    data.set_epoch(4)
+    assert not torch.equal(data[0][0], drawn[0])  # a new epoch, a new augmentation

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import textwrap
 from pathlib import Path
 
 from vitkit.data.datasets import load_split
@@ -150,7 +151,9 @@ def write_data_report(rows: list[dict], plan: StudyPlan, out: Path,
                           "the interpolated table)", fontsize=9)
     else:
         axes[2].set_axis_off()
-    fig.suptitle(f"{plan.data} at {plan.img_size}px; budget: {plan.rule}", fontsize=9)
+    # the converge budget's rule is a sentence: wrapped, so no part of it falls off the figure
+    fig.suptitle(textwrap.fill(f"{plan.data} at {plan.img_size}px; budget: {plan.rule}", 190),
+                 fontsize=9)
     fig.tight_layout()
     save(fig, out / "study.png")
 

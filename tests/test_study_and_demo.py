@@ -8,6 +8,7 @@ import math
 import os
 import re
 import socket
+import statistics
 
 import pytest
 import torch
@@ -26,6 +27,21 @@ def test_crossover_interpolates_in_log_size():
     above = study_report.crossover([10, 100, 1000], [0.5, 0.6, 0.7], [0.4, 0.5, 0.6])
     assert above is None
     assert study_report.crossover([10, 100], [0.1, 0.2], [0.4, 0.5]) is None  # never
+
+
+def test_a_difference_of_means_carries_its_standard_error():
+    # two arms of three seeds: the standard error of the difference is
+    # sqrt(sa^2/na + sb^2/nb), checked against statistics on the raw values
+    a, b = [0.90, 0.92, 0.94], [0.88, 0.89, 0.93]
+    rows = [{"arm": arm, "images": 100, "top1": v} for arm, vals in (("x", a), ("y", b))
+            for v in vals]
+    table = study_report.summarise(rows)
+    se = (statistics.variance(a) / 3 + statistics.variance(b) / 3) ** 0.5
+    assert study_report.difference(table["x"][100], table["y"][100]) == \
+        f"{statistics.fmean(a) - statistics.fmean(b):+.3f} ± {se:.3f}"
+    # one seed on either side: no error to give, the difference alone
+    assert study_report.difference((0.9, 0.0, 1), table["y"][100]) == \
+        f"{0.9 - statistics.fmean(b):+.3f}"
 
 
 # narrow CNNs keep it fast; the default ResNet-18 is the same code path at a larger width

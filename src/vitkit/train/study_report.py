@@ -98,6 +98,15 @@ def gap(rows: list[dict], arm: str) -> dict[int, tuple[float, float, int]]:
             for n, v in sorted(per.items())}
 
 
+def difference(a: tuple[float, float, int], b: tuple[float, float, int]) -> str:
+    """Mean of a minus mean of b, ± the standard error of that difference where both have
+    more than one seed ((mean, sample standard deviation, seeds) as `summarise` gives)."""
+    text = f"{a[0] - b[0]:+.3f}"
+    if a[2] > 1 and b[2] > 1:
+        text += f" ± {math.sqrt(a[1] ** 2 / a[2] + b[1] ** 2 / b[2]):.3f}"
+    return text
+
+
 def _cell(stats: tuple[float, float, int] | None) -> str:
     if stats is None:
         return "-"
@@ -117,6 +126,11 @@ def write_data_report(rows: list[dict], plan: StudyPlan, out: Path,
 
     def mean(arm: str, n: int) -> float | None:
         return table.get(arm, {}).get(n, (None,))[0]
+
+    def minus(arm: str, other: str) -> str:
+        """arm minus other at every size both have, each ± its standard error."""
+        return ", ".join(f"{difference(table[arm][n], table[other][n])} at {n}" for n in sizes
+                         if mean(arm, n) is not None and mean(other, n) is not None)
 
     fig, axes = subplots(1, 3, figsize=(15, 4.4), gridspec_kw=dict(width_ratios=[3, 3, 2]))
     for ax, arms, title in ((axes[0], SCRATCH, "(a), (c): from scratch"),
@@ -160,7 +174,8 @@ def write_data_report(rows: list[dict], plan: StudyPlan, out: Path,
     seeds = max(v[2] for arm in SCRATCH if arm in table for v in table[arm].values())
     lines = [f"# Study: {plan.data}", "",
              f"Target `{plan.data}` at {plan.img_size}px, ViT `{plan.vit}`; nested subsets; "
-             f"{seeds} seeds per point (mean ± sample standard deviation); validation top-1. "
+             f"{seeds} seeds per point (mean ± sample standard deviation; a difference of "
+             "means ± its standard error); validation top-1. "
              f"Budget rule: {plan.rule}"
              + (f"; pre-training source `{plan.source}`" + (
                  "" if plan.converging else f" ({plan.source_steps} steps)")
@@ -196,17 +211,14 @@ def write_data_report(rows: list[dict], plan: StudyPlan, out: Path,
         both = [n for n in sizes if mean("vit", n) is not None and mean(cnn, n) is not None]
         if both:
             x = crossover(both, [mean("vit", n) for n in both], [mean(cnn, n) for n in both])
-            gaps = ", ".join(f"{mean('vit', n) - mean(cnn, n):+.3f} at {n}" for n in both)
-            lines.append(f"- ViT minus {label[cnn]}: {gaps}; "
+            lines.append(f"- ViT minus {label[cnn]}: {minus('vit', cnn)}; "
                          + (f"the ViT passes it at about {x:.0f} images."
                             if x is not None else "the ViT does not pass it at these sizes."))
     lines += ["", "## (b) pre-training inverts the table", ""]
     scratch_cnn = plan.pretrained_cnn  # the from-scratch arm of the pre-trained CNN
     for model, pre in (("vit", "vit-pretrained"), (scratch_cnn, "cnn-pretrained")):
         if pre in table:
-            moved = ", ".join(f"{mean(pre, n) - mean(model, n):+.3f} at {n}" for n in sizes
-                              if mean(pre, n) is not None and mean(model, n) is not None)
-            lines.append(f"- pre-training moved {label[model]} by {moved}.")
+            lines.append(f"- pre-training moved {label[model]} by {minus(pre, model)}.")
     for cnn in ("cnn", "cnn-small") if "vit-pretrained" in table else ():
         both = [n for n in sizes if mean("vit-pretrained", n) is not None
                 and mean(cnn, n) is not None]
@@ -225,9 +237,7 @@ def write_data_report(rows: list[dict], plan: StudyPlan, out: Path,
                      + f"; the augmented arm uses {max(sweep, key=sweep.get)}.")
     for arm in ("vit-deit", "vit-distilled", "vit-soft"):
         if arm in table:
-            lines.append(f"- {label[arm]} minus the plain ViT: " + ", ".join(
-                f"{mean(arm, n) - mean('vit', n):+.3f} at {n}" for n in sizes
-                if mean(arm, n) is not None and mean("vit", n) is not None) + ".")
+            lines.append(f"- {label[arm]} minus the plain ViT: {minus(arm, 'vit')}.")
     if res[1:]:
         lines += ["", "## (d) fine-tuning at twice the resolution", "",
                   "| | top-1 |", "|---|---|"]

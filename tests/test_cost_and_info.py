@@ -20,6 +20,11 @@ from vitkit.models.cost import flop_model
              num_reg_tokens=2, num_classes=5),
         dict(img_size=24, patch_size=4, embed_dim=16, depth=1, num_heads=1, mlp_dim=64,
              pool="avg", class_token=False, num_classes=0),
+        # SwiGLU (packed and split) and rotary embeddings: their matmuls are the MLP's three
+        dict(img_size=32, patch_size=4, embed_dim=32, depth=2, num_heads=2, mlp_dim=48,
+             mlp="glu", rope="axial"),
+        dict(img_size=32, patch_size=4, embed_dim=32, depth=2, num_heads=2, mlp_dim=48,
+             mlp="swiglu", rope="dinov3", abs_pos=False, num_reg_tokens=4),
     ],
 )
 def test_flop_model_equals_torch_flop_counter(kw):
@@ -91,7 +96,7 @@ def test_info_non_divisible_size_is_a_clear_error(capsys):
 
 
 def test_list_filters(capsys):
-    assert main(["list", "huge"]) == 0
+    assert main(["list", "huge_patch14"]) == 0
     assert capsys.readouterr().out.split() == ["deit3_huge_patch14_224", "vit_huge_patch14_224"]
 
 

@@ -27,6 +27,15 @@ LAYOUTS = {
     "map-head": dict(pool="map", class_token=False), "layerscale": dict(init_values=0.1),
     "clip": dict(pre_norm=True, act="quick_gelu", patch_bias=False),
     "tanh-gelu": dict(act="gelu_tanh"),
+    # the 2025-26 blocks: rotary embeddings (DINOv3's, EVA-02's axial, learned mixed), SwiGLU
+    # (packed and split, with the hidden LayerNorm), a q/v bias, PE's table + RoPE + MAP head
+    "dinov3": dict(abs_pos=False, rope="dinov3", rope_half=True, num_reg_tokens=4,
+                   init_values=0.1, pool="avg", class_token=True, mlp="swiglu", key_bias=False),
+    "eva02": dict(rope="axial", rope_ref_grid=(4, 4), mlp="glu", pool="avg", fc_norm=True),
+    "eva02-norm": dict(rope="axial", mlp="swiglu", mlp_norm=True),
+    "rope-mixed": dict(abs_pos=False, rope="mixed", rope_xy=True, init_values=0.1),
+    "pe": dict(rope="axial", rope_xy=True, rope_offset=1.0, pre_norm=True, patch_bias=False,
+               pool="map", pool_heads=4, class_token=True),
 }
 
 
@@ -135,9 +144,66 @@ def test_the_model_is_left_as_it_was():
     explain.explain_map(model, x, "attnlrp")
     with pytest.raises(RuntimeError, match="boom"), lrp.relevance_mode(model):
         raise RuntimeError("boom")
-    assert not any("forward" in m.__dict__ or "_lrp_rule" in m.__dict__
-                   for m in model.modules())
+    assert not any(name in m.__dict__ for m in model.modules()
+                   for name in ("forward", "kernel", "_lrp_original"))
     with torch.no_grad():
         torch.testing.assert_close(model(x), before, rtol=0, atol=0)
     with pytest.raises(ValueError, match="rule must be one of attnlrp, cp-lrp"):
         lrp.relevance(model, x, rule="lrp")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("rule", ["cp-lrp", "attnlrp"])
+def test_every_lrp_map_has_a_budget_that_sums_to_the_logit(layout, rule):
+    """Where the logit goes, beside the pixels: the position table, the learned tokens, the
+    biases and the rules' remainder, summing to the logit. CP-LRP's rules are all conservative
+    (the rotation is linear, SwiGLU's gate takes the uniform rule), so its remainder is
+    rounding only: with a wrong gate or rotation rule it would not be."""
+    model = perturb(VisionTransformer(**{**SMALL, **LAYOUTS[layout]}), scale=0.3)
+    x = torch.rand(2, 3, 32, 32)
+    out = explain.explain_map(model, x, rule, budget=True)
+    assert list(out.budget) == list(lrp.BUDGET_PARTS)
+    logit = out.logits.gather(1, out.target[:, None])[:, 0]
+    torch.testing.assert_close(sum(out.budget.values()), logit, rtol=1e-5, atol=1e-5)
+    # the pixels' part is the map's own sum
+    torch.testing.assert_close(out.budget["pixels"], out.map.flatten(1).sum(-1),
+                               rtol=1e-4, atol=1e-4)
+    if rule == "cp-lrp":
+        assert (out.budget["remainder"].abs() < 1e-4 * logit.abs() + 1e-5).all(), out.budget
+    # the per-image parameter shares are each image's own
+    alone = explain.explain_map(model, x[1:], rule, budget=True).budget
+    for part in lrp.BUDGET_PARTS:
+        torch.testing.assert_close(out.budget[part][1:], alone[part], rtol=1e-4, atol=1e-5)
+
+
+def test_the_gate_rule_splits_the_product_evenly():
+    """SwiGLU's gate product by hand: each factor takes half of the product's relevance, and
+    the two halves add up to it (the uniform rule)."""
+    from vitkit.models.vit import Product
+
+    gate = Product()
+    a, b = torch.randn(4, 6, requires_grad=True), torch.randn(4, 6, requires_grad=True)
+    g = torch.randn(4, 6)
+    with lrp.relevance_mode(gate):
+        y = gate(a, b)
+    ga, gb = torch.autograd.grad(y, [a, b], g)
+    torch.testing.assert_close(a * ga, y * g / 2)
+    torch.testing.assert_close(b * gb, y * g / 2)
+
+
+def test_the_rotation_passes_relevance_unchanged():
+    """RoPE rotates q and k: relevance (value x gradient) summed over a token's channels is the
+    same before and after, as for any linear map without a bias."""
+    from vitkit.models import rope
+
+    q, k = torch.randn(2, 3, 9, 8, requires_grad=True), torch.randn(2, 3, 9, 8,
+                                                                   requires_grad=True)
+    angles = torch.rand(8, 4) * 6
+    for half in (True, False):
+        sin = torch.cat([angles.sin()] * 2, -1) if half else angles.sin().repeat_interleave(2, -1)
+        cos = torch.cat([angles.cos()] * 2, -1) if half else angles.cos().repeat_interleave(2, -1)
+        rq, rk = rope.apply(q, k, (sin, cos), 1, half)
+        g = torch.randn_like(rq)
+        (gq,) = torch.autograd.grad(rq, [q], g)
+        torch.testing.assert_close((q * gq).sum(-1), (rq * g).sum(-1), rtol=1e-4, atol=1e-5)
+        assert torch.equal(rq[:, :, :1], q[:, :, :1])  # the prefix token is not rotated

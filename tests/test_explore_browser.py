@@ -573,3 +573,23 @@ def test_a_new_image_cancels_the_old_images_job_quietly(page_at, monkeypatch):
         idle(page)  # ... and the page says nothing about it
         assert page.evaluate("document.getElementById('causal-job').hidden")
         assert not problems, problems
+
+
+def test_an_lrp_map_shows_where_the_logit_goes_as_the_library_computes_it(page_at):
+    """The AttnLRP figure's caption carries the relevance budget (pixels, position table,
+    tokens, biases, the rules' remainder): the server's numbers, equal to the library's."""
+    from vitkit.explain import lrp
+
+    explorer = Explorer(model())
+    with page_for(page_at, explorer) as (page, problems):
+        pick_digit(page)
+        until(page, "document.querySelector('#method-attnlrp figcaption').textContent"
+                    ".includes('Relevance budget')")
+        caption = page.text_content("#method-attnlrp figcaption")
+        view = explorer.view(page.evaluate("S.view.image"))
+        *_, budget = lrp.relevance(explorer.model, view.x, rule="attnlrp", budget=True)
+        logit = sum(v[0] for v in budget.values())
+        for part, value in budget.items():
+            shown = f"{lrp.BUDGET_LABELS[part]} {100 * float(value[0] / logit):.1f}%"
+            assert shown in caption, (shown, caption)
+        assert not problems, problems

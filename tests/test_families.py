@@ -17,7 +17,10 @@ from vitkit.models.registry import _FAMILY_MODELS
 
 from peers import logits, max_diff, perturb
 
-FAMILY_NAMES = [name for name, *_ in _FAMILY_MODELS]
+# the families on timm's VisionTransformer (those on timm's Eva: tests/test_families_rope.py)
+FAMILY_NAMES = [name for name, _, _, _, family, _ in _FAMILY_MODELS
+                if family in ("dinov2", "reg4_dinov2", "deit3", "clip", "clip_quickgelu",
+                              "siglip")]
 # the smallest of each family, for the forward comparisons (DINOv2 at 224: same arithmetic)
 ONE_PER_FAMILY = ["vit_small_patch14_dinov2", "vit_small_patch14_reg4_dinov2",
                   "deit3_small_patch16_224", "vit_base_patch32_clip_224",
@@ -272,9 +275,7 @@ def test_a_missing_local_path_is_not_taken_for_a_hub_id(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(("name", "kw", "says"), [
     ("beit_base_patch16_224", {}, "relative position bias (BEiT"),
-    ("eva02_tiny_patch14_224", {}, "rotary position embeddings (EVA-02"),
-    ("vit_small_patch16_rope_224", {}, "no absolute position table (rotary"),
-    ("vit_giant_patch14_dinov2", dict(embed_dim=96, img_size=28), "a SwiGLU MLP"),
+    ("vit_base_patch16_224", dict(qk_norm=True), "query/key normalisation"),
 ])
 def test_variants_vitkit_cannot_express_are_refused_with_what_is_missing(tmp_path, name, kw,
                                                                         says):
@@ -393,3 +394,15 @@ def test_every_applicable_method_and_the_metrics_work_for_each_family(kw):
     torch.testing.assert_close(curves.insertion[:, -1], p_image, atol=1e-5, rtol=0)
     assert ((curves.deletion >= 0) & (curves.deletion <= 1)).all()
     assert ((0 <= curves.deletion_auc) & (curves.deletion_auc <= 1)).all()
+
+
+def test_a_bare_dinov2_giant_with_its_swiglu_gives_timms_outputs(tmp_path):
+    """DINOv2-giant's packed SwiGLU (timm's SwiGLUPacked) is vitkit's mlp="glu": the bare state
+    dict, refused before, loads exactly."""
+    peer = perturb(timm.create_model("vit_giant_patch14_dinov2", depth=1, embed_dim=96,
+                                     num_heads=2, img_size=28), scale=0.1)
+    torch.save(peer.state_dict(), tmp_path / "g.pth")
+    model = vitkit.load_model(tmp_path / "g.pth", num_heads=2, verbose=False)
+    assert model.cfg.mlp == "glu"
+    x = torch.randn(2, 3, 28, 28)
+    assert max_diff(logits(model, x), logits(peer, x)) < TOL

@@ -11,6 +11,7 @@ import torch
 import vitkit
 from vitkit import VisionTransformer
 from vitkit.checkpoints import formats
+from vitkit.checkpoints.common import ROPE_ERA_OPTIONS
 from vitkit.models import inference
 from vitkit.models.vit import ViTConfig
 
@@ -51,6 +52,21 @@ SAMPLES: dict[str, list[dict]] = {
     "norm_eps": [dict(norm_eps=0.1)],
     "dynamic_img_size": [dict(dynamic_img_size=True)],
     "pos_antialias": [dict(pos_antialias=True, dynamic_img_size=True)],
+    "pos_interp": [dict(pos_interp="bilinear", dynamic_img_size=True, pos_antialias=True)],
+    "abs_pos": [dict(abs_pos=False, rope="axial"),
+                dict(abs_pos=False, rope="dinov3", rope_half=True)],
+    "rope": [dict(rope="axial"), dict(rope="dinov3", rope_half=True, abs_pos=False),
+             dict(rope="mixed", abs_pos=False, rope_xy=True)],
+    "rope_temperature": [dict(rope="axial", rope_temperature=100.0),
+                         dict(rope_temperature=50.0)],
+    "rope_offset": [dict(rope="axial", rope_offset=1.0)],
+    "rope_xy": [dict(rope="axial", rope_xy=True)],
+    "rope_half": [dict(rope="dinov3", rope_half=True)],
+    "rope_ref_grid": [dict(rope="axial", rope_ref_grid=(4, 4))],
+    "mlp": [dict(mlp="glu"), dict(mlp="swiglu")],
+    "mlp_norm": [dict(mlp_norm=True), dict(mlp="swiglu", mlp_norm=True)],
+    "key_bias": [dict(key_bias=False)],
+    "pool_heads": [dict(pool="map", pool_heads=4)],
 }
 # Each sample is tried on each of these (where the two make a valid config): the layouts hold
 # the families' options in combinations only (a Hugging Face DINOv2 or SigLIP is a backbone
@@ -63,6 +79,12 @@ CONTEXTS: dict[str, dict] = {
                              no_embed_class=True),
     "clip": dict(pre_norm=True, patch_bias=False, head_bias=False),
     "siglip": dict(pool="map", class_token=False, num_classes=0),
+    "dinov3": dict(abs_pos=False, rope="dinov3", rope_half=True, num_reg_tokens=2,
+                   init_values=0.3, pool="avg", num_classes=0),
+    "dinov3-hf": dict(abs_pos=False, rope="dinov3", rope_half=True, rope_temperature=100.0,
+                      num_reg_tokens=2, init_values=0.3, num_classes=0),
+    "pe": dict(rope="axial", rope_xy=True, rope_offset=1.0, pre_norm=True, patch_bias=False,
+               pool="map", pool_heads=4),
 }
 # Where each export is written: the form that holds what HOLDS says (timm's hub-style folder;
 # a bare timm state dict keeps the weights only)
@@ -172,13 +194,13 @@ def _bias_is_zero(model, name: str) -> bool:
 def _equivalent(field: str, back, model) -> bool:
     """A difference in ``field`` that changes nothing: a bias the layout always has, written as
     zeros; a head bias without a head; position rows for the prefix tokens, written as zeros
-    (or none when there is no prefix)."""
+    (or none when there is no prefix, or no table)."""
     if field == "head_bias":
         return model.cfg.num_classes == 0 or _bias_is_zero(back, "head")
     if field == "patch_bias":
         return _bias_is_zero(back.patch_embed, "proj")
-    if field == "no_embed_class":
-        return not back.pos_embed[:, :back.cfg.num_pos_prefix].any()
+    if field == "no_embed_class":  # no table at all (rotary embeddings only): nothing differs
+        return back.pos_embed is None or not back.pos_embed[:, :back.cfg.num_pos_prefix].any()
     return False
 
 
@@ -217,7 +239,11 @@ def test_a_held_option_round_trips(fmt, field, tmp_path):
 # ---------------------------------------------------------------------------- the fast path
 @pytest.mark.parametrize("field", sorted(inference.SUPPORTS))
 def test_the_fast_path_computes_what_it_supports(field):
+    ran = 0
     for sample in variants(field):
+        if inference.unsupported(config(sample)):
+            continue  # a context with an option the fast path leaves to the blocks
+        ran += 1
         model = model_of(sample)
         sizes = [model.cfg.img_size] + ([(16, 24)] if model.cfg.dynamic_img_size else [])
         for size in sizes:
@@ -229,6 +255,7 @@ def test_the_fast_path_computes_what_it_supports(field):
                 standard = model(x)
                 model.inplace_inference = True
             assert max_diff(fused, standard) < 1e-5, (sample, size)
+    assert ran, f"no sample of {field} runs on the fast path"
 
 
 @pytest.mark.parametrize("field", sorted(inference.REFUSES))
@@ -246,3 +273,59 @@ def test_neutral_fields_keep_the_fast_path():
     model.cfg.extra.update(name="x", mean=[0.5] * 3)
     with torch.no_grad():
         assert inference.applies(model, torch.randn(1, 3, 32, 32))
+
+
+# ------------------------------------------------ the relevance rules and the ONNX export
+@pytest.mark.parametrize("field", OPTIONS)
+def test_the_relevance_rules_explain_the_standard_paths_logits(field):
+    """The rules swap parts (the attention kernel, backward rules) and never the forward: for
+    every option the logits they explain are the standard path's."""
+    from vitkit.explain import lrp
+
+    for sample in variants(field):
+        model = model_of(sample)
+        x = torch.randn(2, model.cfg.in_chans, *model.cfg.img_size)
+        _, explained, _, _ = lrp.relevance(model, x, rule="attnlrp")
+        assert max_diff(explained, logits(model, x)) < 1e-5, sample
+
+
+@pytest.mark.parametrize("field", OPTIONS)
+def test_the_export_graph_computes_the_standard_path(field):
+    """What the ONNX export traces (ExportGraph: the model's own forward with the table always
+    interpolated and every row computed) gives the standard path's output, or the export
+    refuses by name."""
+    from vitkit.deploy.onnx_export import ExportGraph, refusals
+
+    for sample in variants(field):
+        model = model_of(sample)
+        if refusals(model):
+            assert all(isinstance(r, str) and r for r in refusals(model))
+            continue
+        x = torch.randn(2, model.cfg.in_chans, *model.cfg.img_size)
+        with torch.no_grad():
+            out, maps = ExportGraph(model, attention=True)(x)
+            ref, ref_maps = model(x, return_attn=True)
+        assert max_diff(out, ref) < 1e-5, sample
+        assert max_diff(maps, torch.stack(list(ref_maps), 1)) < 1e-6, sample
+
+
+ROPE_ERA = sorted(ROPE_ERA_OPTIONS | {"pos_interp"})
+
+
+@pytest.mark.parametrize("field", ROPE_ERA)
+def test_onnxruntime_runs_the_2025_26_options_at_two_sizes(field, tmp_path):
+    """The exported graph, in onnxruntime, for the first sample of each 2025-26 option: the
+    rotary tables are computed in the graph, so any size works (a table interpolated as
+    vitkit does where the model has one and takes other sizes)."""
+    import onnxruntime as ort
+
+    from vitkit.deploy import export_onnx
+
+    sample = variants(field)[0]
+    model = model_of({**sample, "dynamic_img_size": True})
+    path = export_onnx(model, tmp_path / "m.onnx")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for size in [(32, 32), (24, 40)]:
+        x = torch.randn(2, model.cfg.in_chans, *size)
+        (out,) = session.run(None, {"pixel_values": x.numpy()})
+        assert max_diff(torch.from_numpy(out), logits(model, x)) < 1e-4, (sample, size)

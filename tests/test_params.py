@@ -29,6 +29,7 @@ def test_vit_base_patch16_224_counts_to_the_unit():
         "blocks": 85_054_464,
         "norm": 1_536,
         "attn_pool": 0,
+        "rope": 0,
         "head": 769_000,
         "total": 86_567_656,
     }
@@ -56,8 +57,8 @@ def test_every_variant_matches_timm_tensor_by_tensor(name, num_classes):
 def test_parts_add_up_to_the_total(name, overrides):
     with torch.device("meta"):
         parts = param_breakdown(vitkit.create_model(name, **overrides))
-    summed = sum(parts[k] for k in ("patch_embed", "pos_embed", "tokens", "blocks", "norm",
-                                    "attn_pool", "head"))
+    summed = sum(parts[k] for k in ("patch_embed", "pos_embed", "rope", "tokens", "blocks",
+                                    "norm", "attn_pool", "head"))
     assert summed == parts["total"]
     assert parts["blocks"] == model_args(name)["depth"] * (
         parts["block.attn"] + parts["block.mlp"] + parts["block.norms"]

@@ -13,6 +13,7 @@ from doctor_catalogue import TRAINED
 
 import vitkit
 from vitkit.cli import main
+from vitkit.explain.lrp import BUDGET_PARTS
 from vitkit.explain.registry import applicable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,6 +33,13 @@ def test_trust_writes_the_table_for_every_applicable_method(tmp_path, capsys):
         assert 0.0 <= float(r["percentile_vs_random"]) <= 1.0
         assert r["randomisation"] in ("pass", "fail") and r["pointing"] != ""
         assert {"deletion_noisy-linear", "insertion_blur"} <= set(r)
+        # where each LRP method's logit goes: shares of the five parts, summing to one
+        shares = [r.get(f"budget_{part}", "") for part in BUDGET_PARTS]
+        if r["method"] in ("attnlrp", "cp-lrp"):
+            assert abs(sum(float(v) for v in shares) - 1) < 1e-4, shares
+            assert float(r["budget_pixels"]) > 0
+        else:
+            assert shares == [""] * len(BUDGET_PARTS)
     assert (tmp_path / "trust.png").stat().st_size > 1000
     assert "| rollout |" in (tmp_path / "trust.md").read_text()
 

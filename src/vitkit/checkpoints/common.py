@@ -48,10 +48,33 @@ def full_state(model) -> StateDict:
     return state
 
 
+# The options of the 2025-26 families (DINOv3, EVA-02, Perception Encoder, RoPE ViTs) that only
+# vitkit's own format and timm's Eva layout hold; every other layout declares them in REFUSES
+ROPE_ERA_OPTIONS = frozenset({
+    "abs_pos", "rope", "rope_temperature", "rope_offset", "rope_xy", "rope_half",
+    "rope_ref_grid", "mlp", "mlp_norm", "key_bias", "pool_heads",
+})
+
+
+def rope_era_refusal(cfg) -> list[str]:
+    """What a layout without the 2025-26 options (:data:`ROPE_ERA_OPTIONS`) cannot hold."""
+    defaults = type(cfg)()
+    return [f"has {name}={getattr(cfg, name)!r}" for name in sorted(ROPE_ERA_OPTIONS)
+            if getattr(cfg, name) != getattr(defaults, name)]
+
+
+def bilinear_refusal(cfg) -> list[str]:
+    """A table moved bilinearly (SigLIP 2): only vitkit's format and SigLIP 2 hold it."""
+    if cfg.pos_interp != "bicubic":
+        return [f"moves its position table {cfg.pos_interp} (SigLIP 2's NaFlex; this layout "
+                "is read bicubic)"]
+    return []
+
+
 def new_options_refusal(cfg) -> list[str]:
-    """The options of DINOv2, DeiT-III, CLIP and SigLIP that the classic layouts (Hugging Face
-    ViT, torchvision, JAX vision_transformer) cannot hold."""
-    return [msg for bad, msg in [
+    """The options of DINOv2, DeiT-III, CLIP and SigLIP (and of the 2025-26 families) that the
+    classic layouts (Hugging Face ViT, torchvision, JAX vision_transformer) cannot hold."""
+    return rope_era_refusal(cfg) + bilinear_refusal(cfg) + [msg for bad, msg in [
         (cfg.init_values is not None, "has LayerScale (DINOv2/DeiT-III)"),
         (cfg.pre_norm, "has a LayerNorm before the blocks (CLIP)"),
         (cfg.act != "gelu", f"uses {cfg.act} instead of exact GELU"),

@@ -29,6 +29,7 @@ from vitkit.checkpoints import (
     hf,
     hf_clip,
     hf_dinov2,
+    hf_dinov3,
     hf_siglip,
     jax,
     native,
@@ -40,8 +41,10 @@ from vitkit.checkpoints import (
 from vitkit.checkpoints.common import CheckpointError
 
 # Detection order: the first whose detect() is true reads the file (DeiT before timm: DeiT is
-# timm's layout with a dist_token; HF DINOv2 before HF ViT, whose patch keys it shares).
-FORMATS: tuple[ModuleType, ...] = (native, deit, timm, hf_dinov2, hf, hf_clip, hf_siglip,
+# timm's layout with a dist_token; HF DINOv3 before HF DINOv2, whose LayerScale keys it shares;
+# HF DINOv2 before HF ViT, whose patch keys it shares).
+FORMATS: tuple[ModuleType, ...] = (native, deit, timm, hf_dinov3, hf_dinov2, hf, hf_clip,
+                                   hf_siglip,
                                    openclip, torchvision, jax, resnet)
 EXPORTS: tuple[str, ...] = tuple(f.NAME for f in FORMATS if hasattr(f, "write"))
 

@@ -12,15 +12,18 @@ from pathlib import Path
 
 import torch
 
-from vitkit.checkpoints import hf_clip, hf_dinov2, hf_siglip
+from vitkit.checkpoints import hf_clip, hf_dinov2, hf_dinov3, hf_siglip
 from vitkit.checkpoints.common import (
+    ROPE_ERA_OPTIONS,
     Checkpoint,
     CheckpointError,
     StateDict,
+    bilinear_refusal,
     cnn_refusal,
     full_state,
     new_options_refusal,
     refuse,
+    rope_era_refusal,
     strip_prefix,
 )
 from vitkit.checkpoints.hf_common import act_of, interpolation, interpolation_of
@@ -32,7 +35,8 @@ from vitkit.models.cnn import is_cnn
 NAME = "hf"
 LABEL = "Hugging Face ViT folder (embeddings.patch_embeddings)"
 # The ViTConfig fields one of the Hugging Face classes holds (the others refuse them):
-# ViTModel / ViTForImageClassification the plain ViT, with a pooler as pre_logits; Dinov2Model
+# ViTModel / ViTForImageClassification the plain ViT, with a pooler as pre_logits; DINOv3ViTModel
+# rotary embeddings, SwiGLU and a q/v bias (below: HOLDS_ROPE_ERA); Dinov2Model
 # and Dinov2WithRegistersModel init_values, registers and a patch-only table; CLIP's tower
 # pre_norm, no patch bias, a head without bias and QuickGELU; SigLIP's no [CLS] and pool="map".
 # Square images only (a config.json has one image_size); a head bias vitkit lacks is written as
@@ -43,7 +47,12 @@ HOLDS = frozenset({
     "qkv_bias", "init_values", "pre_norm", "patch_bias", "act", "head_bias", "norm_eps",
     "dynamic_img_size", "pos_antialias",
 })
-REFUSES = frozenset({"distilled", "fc_norm"})  # no Hugging Face ViT class has either
+# no Hugging Face class vitkit writes has a distillation token or fc_norm; DINOv3ViTModel
+# holds the 2025-26 options DINOv3 has (hf_dinov3.py), the others no class
+HOLDS_ROPE_ERA = frozenset({"abs_pos", "rope", "rope_temperature", "rope_half", "mlp",
+                            "key_bias"})
+HOLDS = HOLDS | HOLDS_ROPE_ERA
+REFUSES = frozenset({"pos_interp", "distilled", "fc_norm"}) | (ROPE_ERA_OPTIONS - HOLDS_ROPE_ERA)
 
 # vitkit name <- HF name, per block ("{i}") and outside the blocks.
 _BLOCK = {
@@ -122,6 +131,8 @@ def _family(cfg):
     LayerScale), or None for the classic ViT."""
     if is_cnn(cfg):
         return None
+    if cfg.rope:
+        return hf_dinov3
     if cfg.pool == "map":
         return hf_siglip
     if cfg.pre_norm:
@@ -137,7 +148,11 @@ def refusals(cfg) -> list[str]:
     ``CLIPVisionModelWithProjection``, ``SiglipVisionModel``."""
     if cnn_refusal(cfg):
         return cnn_refusal(cfg)
+    if bilinear_refusal(cfg):
+        return bilinear_refusal(cfg)
     family = _family(cfg)
+    if family is not hf_dinov3 and rope_era_refusal(cfg):
+        return rope_era_refusal(cfg)
     if family is not None:
         return family.refusals(cfg)
     return new_options_refusal(cfg) + [msg for bad, msg in [

@@ -5,9 +5,11 @@ then LayerNorm and MLP), which is vitkit's ``pool="map"``."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from vitkit.checkpoints.common import Checkpoint, StateDict, cnn_refusal
+from vitkit.checkpoints.common import Checkpoint, CheckpointError, StateDict, cnn_refusal
 from vitkit.checkpoints.hf_clip import (
     encoder_from_vitkit,
     encoder_to_vitkit,
@@ -31,8 +33,17 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
     cfg = vision_config(config, "SigLIP vision model")
     state = vision_part(state, notes)
     state.pop("embeddings.position_ids", None)
+    patch_w = state.pop("embeddings.patch_embedding.weight")
+    naflex = patch_w.dim() == 2  # SigLIP 2: a linear map of (P, P, C)-flattened patches
+    if naflex:
+        P, C = cfg.get("patch_size", 16), cfg.get("num_channels", 3)
+        if patch_w.shape[1] != P * P * C:
+            raise CheckpointError(
+                f"this SigLIP 2 patch embedding takes {patch_w.shape[1]} values a patch, but its "
+                f"config says {P}x{P} patches of {C} channels ({P * P * C})")
+        patch_w = patch_w.reshape(-1, P, P, C).permute(0, 3, 1, 2).contiguous()
     out: StateDict = {
-        "patch_embed.proj.weight": state.pop("embeddings.patch_embedding.weight"),
+        "patch_embed.proj.weight": patch_w,
         "patch_embed.proj.bias": state.pop("embeddings.patch_embedding.bias"),
         "pos_embed": state.pop("embeddings.position_embedding.weight")[None],
         "norm.weight": state.pop("post_layernorm.weight"),
@@ -57,12 +68,24 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
             for part in ("weight", "bias"):
                 out[f"{ours}.{part}"] = state.pop(f"{theirs}.{part}")
     out.update(state)
+    patch = out["patch_embed.proj.weight"].shape[-1]
+    img = cfg.get("image_size", 224)
+    if naflex:  # the table is a square grid of num_patches, moved to each image's own grid
+        side = math.isqrt(out["pos_embed"].shape[1])
+        if side * side != out["pos_embed"].shape[1]:
+            raise CheckpointError(f"this SigLIP 2 position table has {out['pos_embed'].shape[1]} "
+                                  "rows, not a square grid")
+        img = side * patch
+        notes.append("SigLIP 2 (NaFlex): the table is moved to each image's own patch grid "
+                     "(bilinear, antialiased), so an image keeps its aspect ratio")
     kwargs = dict(
-        img_size=cfg.get("image_size", 224), patch_size=out["patch_embed.proj.weight"].shape[-1],
+        img_size=img, patch_size=patch,
         in_chans=out["patch_embed.proj.weight"].shape[1], num_classes=0, embed_dim=width,
         depth=depth, num_heads=cfg.get("num_attention_heads"),
         mlp_dim=out["blocks.0.mlp.fc1.weight"].shape[0], class_token=False, pool=pool,
-        act=act_of(cfg), norm_eps=cfg.get("layer_norm_eps", 1e-6), **interpolation_of(cfg),
+        act=act_of(cfg), norm_eps=cfg.get("layer_norm_eps", 1e-6),
+        **(dict(dynamic_img_size=True, pos_antialias=True, pos_interp="bilinear") if naflex
+           else interpolation_of(cfg)),
     )
     return out, kwargs, {"mean": [0.5] * 3, "std": [0.5] * 3}
 

@@ -369,10 +369,17 @@ def load_model(
         old, old_img = model.grid_size, model.cfg.img_size
         model.set_img_size(img_size)
         new = model.grid_size
-        model.load_record["interpolated"] = [list(old), list(new)]
-        say(f"position table interpolated from a {old[0]}x{old[1]} grid "
-            f"({old_img[0]}x{old_img[1]}) to {new[0]}x{new[1]} "
-            f"({model.cfg.img_size[0]}x{model.cfg.img_size[1]}), bicubic", verbose)
+        size = f"({model.cfg.img_size[0]}x{model.cfg.img_size[1]})"
+        if model.pos_embed is None:  # rotary embeddings only: computed for any grid
+            say(f"no position table to interpolate: the rotary embeddings ({model.cfg.rope}) are "
+                f"computed for the {new[0]}x{new[1]} grid {size}; only the size is recorded",
+                verbose)
+        else:
+            model.load_record["interpolated"] = [list(old), list(new)]
+            say(f"position table interpolated from a {old[0]}x{old[1]} grid "
+                f"({old_img[0]}x{old_img[1]}) to {new[0]}x{new[1]} {size}, "
+                f"{model.cfg.pos_interp}" + (" (the rotary embeddings need no interpolation)"
+                                             if model.cfg.rope else ""), verbose)
     return model.eval()
 
 

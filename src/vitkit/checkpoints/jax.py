@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from vitkit.checkpoints.common import (
+    ROPE_ERA_OPTIONS,
     Checkpoint,
     CheckpointError,
     StateDict,
@@ -43,10 +44,10 @@ HOLDS = frozenset({
     "mlp_dim", "pool", "class_token", "representation_size", "head_bias", "norm_eps",
     "dynamic_img_size", "pos_antialias",
 })
-REFUSES = frozenset({
+REFUSES = frozenset({"pos_interp",
     "distilled", "num_reg_tokens", "no_embed_class", "fc_norm", "qkv_bias", "init_values",
     "pre_norm", "patch_bias", "act",
-})
+}) | ROPE_ERA_OPTIONS
 _EPS_KEY = "vitkit/norm_eps"  # written only when eps is not JAX's 1e-6 (e.g. from HF's 1e-12)
 # written only when true: JAX ViTs take one input size
 _FLAG_KEYS = {"dynamic_img_size": "vitkit/dynamic_img_size",

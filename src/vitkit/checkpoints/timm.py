@@ -9,10 +9,12 @@ from pathlib import Path
 
 import torch
 
+from vitkit.checkpoints import timm_eva
 from vitkit.checkpoints.common import (
     Checkpoint,
     CheckpointError,
     StateDict,
+    bilinear_refusal,
     cnn_refusal,
     full_state,
     infer_grid,
@@ -36,9 +38,12 @@ HOLDS = frozenset({
     "img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads",
     "mlp_dim", "pool", "class_token", "distilled", "num_reg_tokens", "no_embed_class",
     "fc_norm", "qkv_bias", "init_values", "pre_norm", "patch_bias", "act", "head_bias",
-    "norm_eps", "dynamic_img_size", "pos_antialias",
-})
-REFUSES = frozenset({"representation_size"})  # timm's ViT has no pre-logits layer
+    "norm_eps", "dynamic_img_size", "pos_antialias", "abs_pos", "rope", "rope_temperature",
+    "rope_offset", "rope_xy", "rope_half", "rope_ref_grid", "mlp", "mlp_norm", "key_bias",
+    "pool_heads",
+})  # the 2025-26 options in timm's Eva layout (checkpoints/timm_eva.py)
+# timm has no pre-logits layer and moves a table bicubic only
+REFUSES = frozenset({"pos_interp", "representation_size"})
 
 
 def detect(ckpt: Checkpoint) -> bool:
@@ -72,24 +77,31 @@ def depth_of(state: StateDict, pattern: str, stated: int | None = None) -> int:
 def unsupported(state: StateDict, config: dict) -> list[str]:
     """What a timm-layout checkpoint has that vitkit's ViT cannot express (empty when none)."""
     keys = list(state)
-    arch = str(config.get("architecture", ""))
     found = []
     if any("relative_position_bias_table" in k for k in keys):
         found.append("relative position bias (BEiT, BEiT v2, Data2Vec)")
-    elif "rope" in arch or "eva" in arch or (
-            any(k.endswith("attn.q_bias") for k in keys) and "pos_embed" in state):
-        found.append("rotary position embeddings (EVA-02, timm's *_rope ViTs)")
-    elif "pos_embed" not in state:
-        found.append("no absolute position table (rotary position embeddings, as timm's *_rope "
-                     "ViTs, or another position scheme)")
-    if any(k.endswith(("mlp.fc1_g.weight", "mlp.w12.weight")) for k in keys) or (
-            "blocks.0.mlp.fc1.weight" in state and "blocks.0.mlp.fc2.weight" in state
-            and state["blocks.0.mlp.fc1.weight"].shape[0]
-            == 2 * state["blocks.0.mlp.fc2.weight"].shape[1]):
-        found.append("a SwiGLU MLP (DINOv2-giant, EVA-02)")
     if any(k.endswith(("attn.q_norm.weight", "attn.k_norm.weight")) for k in keys):
         found.append("query/key normalisation (QK-norm)")
-    return found
+    return found + timm_eva.unsupported(state, config)
+
+
+def ambiguity(state: StateDict, config: dict, family: dict) -> str | None:
+    """Why the weights alone cannot say which model they are (None when they can): the rotary
+    variant of timm's Eva layout is not stored, and a Perception Encoder's bare weights (an
+    absolute table, rotary embeddings unseen) look like a pre-norm ViT with attention pooling."""
+    if "rope" in family:  # the family table or the config.json says (none is an answer too)
+        return None
+    arch = config.get("architecture")
+    named = f"timm's {arch}, which vitkit does not build," if arch else "a bare state dict"
+    if timm_eva.is_eva(state):
+        return (f"{named} in timm's Eva layout (EVA-02, DINOv3, Perception Encoder, the RoPE "
+                "ViTs): the weights do not say which rotary position embeddings (or block "
+                "form) it uses")
+    if "norm_pre.weight" in state and "attn_pool.latent" in state and not arch:
+        return ("a bare state dict with a LayerNorm before the blocks and attention pooling, as "
+                "timm's Perception Encoder has: its rotary position embeddings are not in the "
+                "weights, so it would load without them and give different outputs")
+    return None
 
 
 def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
@@ -99,22 +111,30 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
     if missing:
         raise CheckpointError(
             "this checkpoint is a ViT variant vitkit cannot express: it has "
-            + "; ".join(missing) + ". vitkit's ViT has absolute position tables, a GELU MLP "
-            "and plain attention; the families it loads are the plain ViT, DeiT, DeiT-III, "
-            "DINOv2 (not giant), CLIP, SigLIP, MAE and DINO")
-    model_args = dict(config.get("model_args") or {})  # timm's argument names
+            + "; ".join(missing) + ". The families vitkit loads are the plain ViT, DeiT, "
+            "DeiT-III, DINOv2, DINOv3, CLIP, SigLIP, EVA-02, Perception Encoder (core), the "
+            "RoPE ViTs, MAE and DINO (`vitkit list` names each model)")
     arch = config.get("architecture")
     ours = MODEL_ARGS.get(arch, {})  # vitkit's names, for a registered architecture
-    model_args = {**ours, **model_args}
+    family = {**ours, **_rope_args(config)}
+    unclear = ambiguity(state, config, family)
+    if unclear:
+        raise CheckpointError(
+            f"cannot tell which model this is: {unclear}. Load the timm hub folder (its "
+            "config.json names the architecture), or a file written by `vitkit convert "
+            "--to timm` into a folder")
+    if timm_eva.is_eva(state):
+        state = timm_eva.to_vitkit_keys(state)
+    model_args = {**ours, **dict(config.get("model_args") or {})}  # + timm's argument names
     w = state["patch_embed.proj.weight"]  # (D, C, P, P)
     width, in_chans, patch = w.shape[0], w.shape[1], w.shape[2]
     depth = depth_of(state, r"blocks\.(\d+)\.", model_args.get("depth"))
-    mlp_dim = state["blocks.0.mlp.fc1.weight"].shape[0]
+    mlp_dim = state["blocks.0.mlp.fc2.weight"].shape[1]
     class_token = "cls_token" in state
     distilled = "dist_token" in state
     regs = state["reg_token"].shape[1] if "reg_token" in state else 0
     fc_norm = "fc_norm.weight" in state
-    pool = "avg" if fc_norm or not class_token else "cls"
+    pool = ours.get("pool") or ("avg" if fc_norm or not class_token else "cls")
     if config.get("global_pool") in ("avg", "token", "map"):
         pool = {"avg": "avg", "token": "cls", "map": "map"}[config["global_pool"]]
     if "attn_pool.latent" in state:
@@ -123,7 +143,8 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
     act = _ACTS.get(model_args.get("act_layer"), ours.get("act", "gelu"))
     # every CLIP image tower (OpenAI, OpenCLIP, timm's vit_*_clip_*) uses LayerNorm eps 1e-5
     default_eps = 1e-5 if pre_norm else 1e-6
-    if pre_norm and "act_layer" not in model_args and "act" not in ours:
+    if pre_norm and "act_layer" not in model_args and "act" not in ours \
+            and not family.get("rope"):
         notes.append("a CLIP-style model (LayerNorm before the blocks): LayerNorm eps 1e-5 and "
                      "GELU assumed; OpenAI CLIP weights use QuickGELU: pass the timm "
                      "config.json with its architecture (e.g. "
@@ -136,7 +157,11 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
         img_size = tuple(input_size[1:])  # (C, H, W) -> (H, W)
     if isinstance(img_size, list):
         img_size = tuple(img_size)
-    grid, has_prefix = infer_grid(state["pos_embed"].shape[1], prefix, img_size, patch)
+    if "pos_embed" in state:
+        grid, has_prefix = infer_grid(state["pos_embed"].shape[1], prefix, img_size, patch)
+    else:  # rotary embeddings only: the size is the config's (the model takes any)
+        grid = tuple(d // patch for d in _pair(img_size or 224))
+        has_prefix = not model_args.get("no_embed_class", False)  # as written; changes nothing
     pre_logits = state["pre_logits.fc.weight"].shape[0] if "pre_logits.fc.weight" in state else 0
     kwargs = dict(
         img_size=(grid[0] * patch, grid[1] * patch), patch_size=patch, in_chans=in_chans,
@@ -153,8 +178,38 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
         dynamic_img_size=bool(model_args.get("dynamic_img_size",
                                              ours.get("dynamic_img_size", False))),
         pos_antialias=bool(config.get("pos_antialias", ours.get("pos_antialias", False))),
+        **timm_eva.kwargs_of(family, state),
     )
+    if "blocks.0.attn.q_bias" in state:
+        kwargs["qkv_bias"] = True
     return dict(state), kwargs, _metadata(config)
+
+
+def _pair(size) -> tuple[int, int]:
+    return (size, size) if isinstance(size, int) else tuple(size)
+
+
+# timm Eva model_args -> vitkit's names (config.json files that say which rotary variant)
+_ROPE_TYPES = {"cat": "axial", "dinov3": "dinov3", "mixed": "mixed"}
+
+
+def _rope_args(config: dict) -> dict:
+    """The rotary settings and MAP heads a config.json states in timm's Eva ``model_args``;
+    {} when it states none."""
+    args = config.get("model_args") or {}
+    if "use_rot_pos_emb" not in args:  # not Eva's arguments: the family table says
+        return {"pool_heads": args["attn_pool_num_heads"]} \
+            if args.get("attn_pool_num_heads") else {}
+    # Eva's arguments, with Eva's defaults for those not given: they say everything
+    kind = _ROPE_TYPES.get(args.get("rope_type", "cat")) if args["use_rot_pos_emb"] else ""
+    ref = args.get("ref_feat_shape") if kind == "axial" else None
+    return dict(rope=kind, rope_temperature=float(args.get("rope_temperature", 10000.0)),
+                rope_offset=float(args.get("rope_grid_offset", 0.0)),
+                rope_xy=args.get("rope_grid_indexing", "ij") == "xy",
+                rope_half=bool(args.get("rope_rotate_half", False)),
+                rope_ref_grid=(tuple(ref) if isinstance(ref, (list, tuple)) else (ref, ref))
+                if ref else None,
+                pool_heads=args.get("attn_pool_num_heads") or 0)
 
 
 # timm's act_layer names -> vitkit's act
@@ -172,10 +227,13 @@ def _metadata(config: dict) -> dict:
 
 
 def refusals(cfg) -> list[str]:
-    """Why timm's ``VisionTransformer`` cannot hold this model (empty when it can)."""
+    """Why timm's ``VisionTransformer`` (or, for the options only it has, timm's ``Eva``)
+    cannot hold this model (empty when it can)."""
     if cnn_refusal(cfg):
         return cnn_refusal(cfg)
-    return [msg for bad, msg in [
+    if timm_eva.needs(cfg):
+        return bilinear_refusal(cfg) + timm_eva.refusals(cfg)
+    return bilinear_refusal(cfg) + [msg for bad, msg in [
         (cfg.representation_size, "has a pre-logits layer (timm's ViT has none)"),
         (cfg.pre_norm and cfg.patch_bias,
          "has a patch-embedding bias and a LayerNorm before the blocks (timm's pre-norm ViT "
@@ -204,6 +262,9 @@ def from_vitkit(model) -> tuple[StateDict, dict]:
     state = full_state(model)  # timm always has a head bias: a zero one where vitkit has none
     if not cfg.pre_norm:
         state.setdefault("patch_embed.proj.bias", torch.zeros(cfg.embed_dim))
+    if timm_eva.needs(cfg):
+        return timm_eva.from_vitkit_keys(state), _config(cfg, timm_eva.architecture(cfg),
+                                                         timm_eva.model_args(cfg))
     model_args = dict(
         img_size=list(cfg.img_size), patch_size=cfg.patch_size, in_chans=cfg.in_chans,
         embed_dim=cfg.embed_dim, depth=cfg.depth, num_heads=cfg.num_heads,
@@ -217,6 +278,11 @@ def from_vitkit(model) -> tuple[StateDict, dict]:
     name = cfg.extra.get("name", "vit_custom")
     if cfg.distilled:
         name = name if name.startswith("deit") else "deit_distilled_custom"
+    return state, _config(cfg, name, model_args)
+
+
+def _config(cfg, name: str, model_args: dict) -> dict:
+    """timm's hub ``config.json`` for a model of ``cfg`` built as ``name(**model_args)``."""
     config = {
         "architecture": name,
         "num_classes": cfg.num_classes,
@@ -235,4 +301,4 @@ def from_vitkit(model) -> tuple[StateDict, dict]:
     }
     if cfg.extra.get("class_names"):
         config["label_names"] = list(cfg.extra["class_names"])
-    return state, config
+    return config

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from vitkit.checkpoints.common import (
+    ROPE_ERA_OPTIONS,
     Checkpoint,
     CheckpointError,
     StateDict,
@@ -36,11 +37,11 @@ HOLDS = frozenset({
     "head_bias",
 })
 UNSTORED = frozenset({"num_heads"})
-REFUSES = frozenset({
+REFUSES = frozenset({"pos_interp",
     "in_chans", "pool", "class_token", "distilled", "num_reg_tokens", "no_embed_class",
     "fc_norm", "qkv_bias", "init_values", "pre_norm", "patch_bias", "act", "norm_eps",
     "dynamic_img_size", "pos_antialias",
-})
+}) | ROPE_ERA_OPTIONS
 
 _L = "encoder.layers.encoder_layer_{i}."
 # (vitkit pattern, torchvision pattern); blocks use "{i}".

@@ -48,15 +48,11 @@ class ExportGraph(nn.Module):
         m = self.model
         if is_cnn(m):
             return m(x)
-        tokens = m.patch_embed.proj(x)  # (B, D, gh, gw)
-        grid = (tokens.shape[-2], tokens.shape[-1])
-        t = m.norm_pre(m._pos_embed(tokens.flatten(2).transpose(1, 2), grid, always=True))
-        maps = []
-        for block in m.blocks:
-            t, attn = block(t, self.attention)
-            maps.append(attn)
-        out = m.forward_head(m.norm(t))
-        return (out, torch.stack(maps, dim=1)) if self.attention else out
+        out = m.forward_features(x, self.attention, trace=True)
+        if not self.attention:
+            return m.forward_head(out)
+        tokens, maps = out
+        return m.forward_head(tokens), torch.stack(list(maps), dim=1)
 
 
 def refusals(model: nn.Module, attention: bool = False) -> list[str]:

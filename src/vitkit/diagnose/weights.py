@@ -69,8 +69,8 @@ class Weights:
             return None  # not a vitkit ViT file, an older config, or damaged: the slow path
         expected = state_keys(cfg)
         gh, gw = cfg.grid_size
-        if not expected <= set(state) or state["pos_embed"].shape[1:] != (
-                cfg.num_pos_prefix + gh * gw, cfg.embed_dim):
+        if not expected <= set(state) or (cfg.abs_pos and state["pos_embed"].shape[1:] != (
+                cfg.num_pos_prefix + gh * gw, cfg.embed_dim)):
             return None  # missing keys or another shape: load_model reports them exactly
         unexpected = sorted(set(state) - expected)
         record = {"source": str(path), "format": "vitkit", "missing": [],
@@ -203,7 +203,10 @@ def check_trained(w: Weights, ctx: dict) -> Finding:
 def check_position_table(w: Weights, ctx: dict) -> Finding | None:
     """A table that looks freshly initialised next to blocks trained far from theirs (the
     ``ignore_mismatched_sizes=True`` trap); next to briefly trained blocks it cannot tell a
-    replaced table from one that has not moved yet, and says so."""
+    replaced table from one that has not moved yet, and says so. A model without a table
+    (rotary embeddings only) has nothing to check."""
+    if "pos_embed" not in w.state:
+        return None
     stats = table_stats(w)
     blocks_trained = not blocks_at_init(w)
     extent = training_extent(w)
@@ -241,7 +244,7 @@ def check_table_fits(w: Weights, ctx: dict) -> Finding | None:
     if img_size is None:
         return None
     cfg = w.cfg
-    have = w.state["pos_embed"].shape[1]
+    table = w.state.get("pos_embed")
     h, w = as_pair(img_size)
     p = cfg.patch_size
     source = ctx.get("source", "CHECKPOINT")
@@ -251,6 +254,16 @@ def check_table_fits(w: Weights, ctx: dict) -> Finding | None:
             f"{h}x{w} is not a multiple of the patch size {p}", {"patch_size": p},
             "The patches would not tile the image: rows or columns would be dropped.",
             f"use a multiple of {p}, e.g. {h // p * p}x{w // p * p}")
+    if table is None:  # rotary embeddings only: nothing to interpolate
+        return Finding(
+            "weights.input_size", "ok",
+            f"no position table to move: the rotary embeddings ({cfg.rope}) are computed for "
+            f"the {h // p}x{w // p} grid of {h}x{w}, so the model runs at that size as it is",
+            {"rope": cfg.rope, "grid_needed": f"{h // p}x{w // p}"},
+            "Do not interpolate anything (there is no table); a RoPE model's accuracy at a new "
+            "size depends on the range of coordinates it was trained on, which fine-tuning at "
+            "the new size extends.")
+    have = table.shape[1]
     need = cfg.num_pos_prefix + (h // p) * (w // p)
     gh, gw = cfg.grid_size
     measured = {"table_rows": have, "rows_needed": need, "grid": f"{gh}x{gw}",

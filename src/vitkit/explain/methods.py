@@ -64,8 +64,10 @@ def _chefer(model, x, target, o, outputs):
 
 def _lrp(rule: str):
     def compute(model, x, target, o, outputs):
-        pixels, logits, chosen, error = relevance(model, x, target, rule)
-        return to_patches(pixels, model.cfg.patch_size), logits, chosen, error
+        pixels, logits, chosen, error, *budget = relevance(model, x, target, rule,
+                                                           o.get("budget", False))
+        return (to_patches(pixels, model.cfg.patch_size), logits, chosen, error,
+                budget[0] if budget else None)
     return compute
 
 

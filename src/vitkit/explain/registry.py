@@ -64,12 +64,15 @@ class Explanation:
     logits: torch.Tensor
     target: torch.Tensor
     conservation: torch.Tensor | None = None  # (B,) |sum of relevance - logit| / |logit| (LRP)
+    # LRP with budget=True: {part: (B,)} where the logit's relevance goes (lrp.BUDGET_PARTS)
+    budget: dict[str, torch.Tensor] | None = None
 
 
 def explain_map(model, x: torch.Tensor, method: str = "rollout", target=None, *,
                 layer: int = -1, head: int | str = "mean", residual: float = 0.5,
                 discard_ratio: float = 0.0, head_fusion: str = "mean",
-                outputs: tuple[torch.Tensor, list] | None = None) -> Explanation:
+                outputs: tuple[torch.Tensor, list] | None = None,
+                budget: bool = False) -> Explanation:
     """The (B, gh, gw) relevance of each patch under ``method`` (a name in :data:`METHODS`)
     for ``target``.
 
@@ -79,7 +82,8 @@ def explain_map(model, x: torch.Tensor, method: str = "rollout", target=None, *,
     ``gradcam``: Grad-CAM on the last block's input tokens. Attention-only methods explain the
     predicted class whatever ``target`` is. ``outputs``: the (logits, maps) that
     ``model(x, return_attn=True)`` already gave for this ``x``; attention-only methods then
-    reuse them instead of running the model again.
+    reuse them instead of running the model again. ``budget`` (LRP methods): also where each
+    logit's relevance goes beside the pixels (``Explanation.budget``).
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
@@ -91,6 +95,6 @@ def explain_map(model, x: torch.Tensor, method: str = "rollout", target=None, *,
         raise ValueError(f"{method!r} explains {what}, and this model {pool}; methods that "
                          f"apply: {', '.join(applicable(model.cfg))}")
     options = dict(layer=layer, head=head, residual=residual, discard_ratio=discard_ratio,
-                   head_fusion=head_fusion)
-    # (map, logits, target), and for relevance methods the conservation error as a fourth
+                   head_fusion=head_fusion, budget=budget)
+    # (map, logits, target), and for relevance methods the conservation error and the budget
     return Explanation(method, *m.compute(model, x, target, options, outputs))

@@ -323,10 +323,22 @@ def method_table(model, images: torch.Tensor, *, boxes: torch.Tensor | None = No
         sensitive = class_sensitivity(model, few, method)
         row["class_sensitivity"] = "pass" if sensitive.passes else "fail"
         row["class_correlation"] = sensitive.correlation.mean().item()
+        row.update(budget_shares(model, few, method))
         rows.append(row)
         if progress is not None:
             progress(method)
     return rows, left_out
+
+
+def budget_shares(model, images: torch.Tensor, method: str) -> dict[str, float]:
+    """For a relevance (LRP) method, where the explained logit goes, as mean shares of it over
+    ``images``: ``budget_pixels``, ``budget_position_table``, ... (lrp.BUDGET_PARTS; they sum
+    to 1). {} for the other methods."""
+    budget = explain_map(model, images, method, budget=True).budget
+    if budget is None:
+        return {}
+    logit = sum(budget.values())
+    return {f"budget_{part}": (share / logit).mean().item() for part, share in budget.items()}
 
 
 def _columns(rows: list[dict]) -> list[str]:

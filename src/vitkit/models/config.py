@@ -9,6 +9,15 @@ from typing import ClassVar
 
 Pair = int | tuple[int, int]  # a size given as one side (square) or as (height, width)
 ACTIVATION_NAMES = ("gelu", "gelu_tanh", "quick_gelu")  # built in models/vit.py: ACTIVATIONS
+# The MLP of a block (built in models/vit.py: MLPS): "gelu" Linear -> act -> Linear; "glu" the
+# SwiGLU with one packed first layer (timm's GluMlp: fc1 gives [gate | value]); "swiglu" the
+# SwiGLU with split first layers (timm's SwiGLU: fc1_g, fc1_x)
+MLP_NAMES = ("gelu", "glu", "swiglu")
+# Rotary position embeddings (models/rope.py): "" none; "axial" a fixed frequency per channel
+# on each axis (EVA-02, Perception Encoder, timm's *_rope ViTs: timm's "cat"); "dinov3" the
+# same on coordinates centred and scaled to [-1, 1] (DINOv3); "mixed" learned frequencies that
+# mix both axes, per block and head (RoPE-Mixed, Heo et al. 2024)
+ROPE_NAMES = ("", "axial", "dinov3", "mixed")
 
 
 def as_pair(size: Pair) -> tuple[int, int]:
@@ -44,6 +53,9 @@ class ViTConfig:
     representation_size: int = 0
     fc_norm: bool = False  # avg pooling only: LayerNorm after pooling (timm) instead of before
     qkv_bias: bool = True
+    # with qkv_bias: False gives the query and value a bias but not the key (``attn.q_bias``,
+    # ``attn.v_bias``: EVA, DINOv3 _qkvb, timm's SBB ViTs)
+    key_bias: bool = True
     init_values: float | None = None  # LayerScale: a learned per-channel scale on each branch
     pre_norm: bool = False  # a LayerNorm on the tokens before the blocks (CLIP's ln_pre)
     patch_bias: bool = True  # CLIP's patch embedding has no bias
@@ -55,6 +67,20 @@ class ViTConfig:
     drop_path_rate: float = 0.0
     dynamic_img_size: bool = False
     pos_antialias: bool = False  # antialias when the table is interpolated (DINOv2 w/ registers)
+    # how a table is moved to another grid: "bicubic" (timm, big_vision) or "bilinear" (SigLIP 2's
+    # NaFlex, with antialias)
+    pos_interp: str = "bicubic"
+    abs_pos: bool = True  # a learned position table (False: positions from rotary embeddings only)
+    rope: str = ""  # rotary position embeddings on the patch tokens' queries and keys
+    rope_temperature: float = 10000.0  # the frequencies' base (100 DINOv3 and RoPE-Axial)
+    rope_offset: float = 0.0  # added to each patch coordinate (1 in Perception Encoder)
+    rope_xy: bool = False  # coordinates ordered (x, y) in the channels instead of (row, column)
+    rope_half: bool = False  # channels rotated as halves (DINOv3) instead of adjacent pairs
+    # the grid the coordinates are rescaled to, whatever the input's (EVA-02's ref_feat_shape)
+    rope_ref_grid: tuple[int, int] | None = None
+    mlp: str = "gelu"  # "gelu" | "glu" | "swiglu" (see MLP_NAMES)
+    mlp_norm: bool = False  # a LayerNorm on the MLP's hidden layer (EVA-02's scale_mlp)
+    pool_heads: int = 0  # heads of the MAP head; 0: num_heads (Perception Encoder: 8)
     extra: dict = field(default_factory=dict)  # free-form metadata (mean/std, class names)
 
     # The fields that change neither the weights nor the forward in eval mode: metadata and the
@@ -69,6 +95,29 @@ class ViTConfig:
         self.img_size = as_pair(self.img_size)
         if self.pool not in ("cls", "avg", "map"):
             raise ValueError(f"pool must be 'cls', 'avg' or 'map', got {self.pool!r}")
+        if self.pos_interp not in ("bicubic", "bilinear"):
+            raise ValueError(f"pos_interp must be 'bicubic' or 'bilinear', got "
+                             f"{self.pos_interp!r}")
+        if self.mlp not in MLP_NAMES:
+            raise ValueError(f"mlp must be one of {', '.join(MLP_NAMES)}, got {self.mlp!r}")
+        if self.rope not in ROPE_NAMES:
+            raise ValueError(f"rope must be '' (none) or one of {', '.join(ROPE_NAMES[1:])}, "
+                             f"got {self.rope!r}")
+        if self.rope_ref_grid is not None:
+            self.rope_ref_grid = as_pair(self.rope_ref_grid)
+        if not (self.abs_pos or self.rope):
+            raise ValueError("abs_pos=False needs rotary embeddings (rope=...): the model would "
+                             "have no position information at all")
+        if self.rope == "mixed" and self.rope_half:
+            raise ValueError("rope='mixed' rotates adjacent pairs; set rope_half=False")
+        if not (self.key_bias or self.qkv_bias):
+            raise ValueError("key_bias=False (a query and value bias, no key bias) needs "
+                             "qkv_bias=True")
+        if self.pool_heads and self.pool != "map":
+            raise ValueError("pool_heads applies to pool='map' only")
+        if self.pool_heads and self.embed_dim % self.pool_heads:
+            raise ValueError(f"embed_dim {self.embed_dim} must be divisible by pool_heads "
+                             f"{self.pool_heads}")
         if self.act not in ACTIVATION_NAMES:
             raise ValueError(f"act must be one of {', '.join(ACTIVATION_NAMES)}, got {self.act!r}")
         if self.pool == "cls" and not self.class_token:
@@ -80,7 +129,7 @@ class ViTConfig:
                              "representation_size=0")
         if self.fc_norm and self.pool != "avg":
             raise ValueError("fc_norm=True applies to pool='avg' only")
-        for name in ("num_classes", "representation_size", "num_reg_tokens"):
+        for name in ("num_classes", "representation_size", "num_reg_tokens", "pool_heads"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
         for name in ("patch_size", "embed_dim", "depth", "num_heads", "mlp_dim", "in_chans"):
@@ -90,6 +139,10 @@ class ViTConfig:
             raise ValueError(
                 f"embed_dim {self.embed_dim} must be divisible by num_heads {self.num_heads}"
             )
+        if self.rope and self.embed_dim // self.num_heads % 4:
+            raise ValueError(f"rotary embeddings need a head width divisible by 4 (two axes, "
+                             f"pairs of channels); embed_dim {self.embed_dim} over "
+                             f"{self.num_heads} heads gives {self.embed_dim // self.num_heads}")
         gh, gw = patch_grid(self.img_size, self.patch_size)  # sizes the patches do not tile
         if gh * gw > MAX_PATCHES:
             gb = gh * gw * self.embed_dim * 4 / 2**30

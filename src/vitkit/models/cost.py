@@ -34,7 +34,7 @@ def _count(module: nn.Module | nn.Parameter | None) -> int:
 def param_breakdown(model) -> dict[str, int]:
     """Parameters by part of a :class:`VisionTransformer`, counted from its tensors.
 
-    Keys: patch_embed, pos_embed, tokens ([CLS], distillation, registers), block.attn,
+    Keys: patch_embed, pos_embed, rope, tokens ([CLS], distillation, registers), block.attn,
     block.mlp, block.norms, block.layerscale (one block), blocks (all), norm (the LayerNorms
     outside the blocks: before them (CLIP), and the final one before or after pooling),
     attn_pool (a MAP head), head (with a pre-logits layer and a distillation head if present),
@@ -52,6 +52,7 @@ def param_breakdown(model) -> dict[str, int]:
         "blocks": _count(model.blocks),
         "norm": _count(model.norm) + _count(model.fc_norm) + _count(model.norm_pre),
         "attn_pool": _count(model.attn_pool),
+        "rope": _count(model.rope),  # RoPE-Mixed's learned frequencies; 0 for fixed ones
         "head": _count(model.head) + _count(model.head_dist) + _count(model.pre_logits),
     }
     parts["total"] = _count(model)
@@ -89,13 +90,14 @@ def flop_model(cfg: ViTConfig, readout_only: bool = False) -> Cost:
     n = gh * gw
     t = n + cfg.num_prefix_tokens
     d, dm = cfg.embed_dim, cfg.mlp_dim
+    mlp = (3 if cfg.mlp != "gelu" else 2) * d * dm  # SwiGLU: a gate, a value, an output layer
     rows = cfg.readout_rows
     skipped = t - len(rows) if readout_only and rows is not None else 0
     return Cost(
         patches=n,
         tokens=t,
         patch_embed=n * d * cfg.in_chans * cfg.patch_size**2,
-        linear=cfg.depth * t * (4 * d * d + 2 * d * dm) - skipped * (2 * d * d + 2 * d * dm),
+        linear=cfg.depth * t * (4 * d * d + mlp) - skipped * (2 * d * d + mlp),
         attention=cfg.depth * 2 * t * t * d - skipped * 2 * t * d,
         head=(cfg.representation_size * (d + cfg.num_classes) if cfg.representation_size
               else d * cfg.num_classes)

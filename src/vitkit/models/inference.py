@@ -52,10 +52,16 @@ SUPPORTS: frozenset[str] = frozenset({
     "img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads",
     "mlp_dim", "pool", "class_token", "distilled", "num_reg_tokens", "no_embed_class",
     "representation_size", "fc_norm", "qkv_bias", "init_values", "pre_norm", "patch_bias",
-    "head_bias", "norm_eps", "dynamic_img_size", "pos_antialias",
+    "head_bias", "norm_eps", "dynamic_img_size", "pos_antialias", "pool_heads", "key_bias",
+    "pos_interp",
 })
-# The in-place MLP computes exact GELU only: QuickGELU and tanh-GELU blocks run as written.
-REFUSES: frozenset[str] = frozenset({"act"})
+# The in-place MLP computes exact GELU only: QuickGELU and tanh-GELU blocks, SwiGLU MLPs (and a
+# LayerNorm inside the MLP), and rotary embeddings (with them, a model without a position
+# table) run as written.
+REFUSES: frozenset[str] = frozenset({
+    "act", "mlp", "mlp_norm", "abs_pos", "rope", "rope_temperature", "rope_offset", "rope_xy",
+    "rope_half", "rope_ref_grid",
+})
 
 
 class Workspace:
@@ -163,9 +169,10 @@ def _layer_scaled(ls: nn.Module, weight: torch.Tensor, bias: torch.Tensor):
 
 def _query_and_output_biases(attn: nn.Module) -> tuple[torch.Tensor | None, torch.Tensor]:
     """(b_q, b_proj + W_proj b_v): the key bias is dropped, the value bias folded."""
-    if attn.qkv.bias is None:
+    bias = attn.bias()
+    if bias is None:
         return None, attn.proj.bias
-    b_q, _, b_v = attn.qkv.bias.view(3, -1)
+    b_q, _, b_v = bias.view(3, -1)
     return b_q, torch.addmv(attn.proj.bias, attn.proj.weight, b_v)
 
 

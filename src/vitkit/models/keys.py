@@ -13,7 +13,10 @@ def _linear(name: str, bias: bool = True) -> list[str]:
 
 def state_keys(cfg: ViTConfig) -> set[str]:
     """Every key of the model's state dict."""
-    keys = ["pos_embed", *_linear("patch_embed.proj", cfg.patch_bias)]
+    keys = ["pos_embed"] if cfg.abs_pos else []
+    keys += _linear("patch_embed.proj", cfg.patch_bias)
+    if cfg.rope == "mixed":
+        keys += ["rope.freqs"]  # learned frequencies; the fixed ones are not stored
     keys += [name for name, present in (("cls_token", cfg.class_token),
                                         ("dist_token", cfg.distilled),
                                         ("reg_token", cfg.num_reg_tokens > 0)) if present]
@@ -22,8 +25,12 @@ def state_keys(cfg: ViTConfig) -> set[str]:
     for i in range(cfg.depth):
         b = f"blocks.{i}."
         keys += _linear(b + "norm1") + _linear(b + "norm2")
-        keys += _linear(b + "attn.qkv", cfg.qkv_bias) + _linear(b + "attn.proj")
-        keys += _linear(b + "mlp.fc1") + _linear(b + "mlp.fc2")
+        keys += _linear(b + "attn.qkv", cfg.qkv_bias and cfg.key_bias) + _linear(b + "attn.proj")
+        if cfg.qkv_bias and not cfg.key_bias:
+            keys += [b + "attn.q_bias", b + "attn.v_bias"]
+        first = ["mlp.fc1_g", "mlp.fc1_x"] if cfg.mlp == "swiglu" else ["mlp.fc1"]
+        for part in first + ["mlp.fc2"] + (["mlp.norm"] if cfg.mlp_norm else []):
+            keys += _linear(b + part)
         if cfg.init_values is not None:
             keys += [b + "ls1.gamma", b + "ls2.gamma"]
     keys += _linear("fc_norm" if cfg.fc_norm else "norm")

@@ -28,6 +28,10 @@ VARIANTS: dict[str, tuple[int, int, int, int]] = {
     "large": (1024, 24, 16, 4096),  # L
     "huge": (1280, 32, 16, 5120),  # H
     "so400m": (1152, 27, 16, 4304),  # SigLIP's shape-optimised 400M
+    "betwixt": (640, 12, 10, 2560),  # timm's SBB ViTs
+    "mediumd": (512, 20, 8, 2048),
+    "huge_plus": (1280, 32, 20, 5120),  # DINOv3 H+ (SwiGLU)
+    "7b": (4096, 40, 32, 8192),  # DINOv3 7B (SwiGLU)
 }
 
 # (size, patch, image side): the standard ones are exactly those timm defines.
@@ -64,7 +68,36 @@ FAMILIES: dict[str, dict] = {
     "clip_quickgelu": dict(pre_norm=True, patch_bias=False, norm_eps=1e-5, act="quick_gelu",
                            num_classes=512),
     "siglip": dict(class_token=False, pool="map", num_classes=0),
+    # 2025-26: rotary position embeddings (models/rope.py), SwiGLU MLPs, registers.
+    # DINOv3: no position table, DINOv3's RoPE, 4 registers after [CLS], LayerScale, eps 1e-5,
+    # timm's default pooling (the mean of the patch tokens after the final norm); the _qkvb
+    # models have a query and value bias (the key bias is zero)
+    "dinov3": dict(abs_pos=False, rope="dinov3", rope_temperature=100.0, rope_half=True,
+                   num_reg_tokens=4, init_values=1e-5, pool="avg", qkv_bias=False,
+                   norm_eps=1e-5, num_classes=0, dynamic_img_size=True),
+    # EVA-02: a position table and axial RoPE on the 16x16 grid of pre-training whatever the
+    # input's, SwiGLU (packed for T/S; split with a LayerNorm inside for B/L), LayerNorm after
+    # the average pool
+    "eva02": dict(rope="axial", rope_ref_grid=(16, 16), pool="avg", fc_norm=True,
+                  class_token=True, num_classes=0, mlp="glu", key_bias=False,
+                  pos_antialias=True),
+    # Perception Encoder (core): a position table and axial RoPE on (x, y) from 1, a LayerNorm
+    # before the blocks and no patch bias (as CLIP), attention pooling with 8 heads, eps 1e-5
+    "pe_core": dict(rope="axial", rope_offset=1.0, rope_xy=True, pre_norm=True,
+                    patch_bias=False, pool="map", pool_heads=8, norm_eps=1e-5,
+                    pos_antialias=True),
+    # RoPE-ViT (Heo et al. 2024, timm's *_rope_*): axial RoPE on (x, y) with base 100, or
+    # learned mixed frequencies with base 10; no position table unless _ape (then for the
+    # patches only); LayerScale. timm's Eva antialiases a table it moves (pos_antialias)
+    "rope": dict(abs_pos=False, rope="axial", rope_temperature=100.0, rope_xy=True,
+                 init_values=1e-5, pos_antialias=True),
+    "rope_mixed": dict(abs_pos=False, rope="mixed", rope_temperature=10.0, rope_xy=True,
+                       init_values=1e-5, pos_antialias=True),
+    # timm's SBB RoPE ViTs: registers and no [CLS], average pooling with fc_norm
+    "rope_reg_gap": dict(abs_pos=False, rope="axial", rope_ref_grid=(16, 16), class_token=False,
+                         pool="avg", fc_norm=True, init_values=1e-5),
 }
+_QKVB = dict(qkv_bias=True, key_bias=False)  # a query and value bias, none on the key
 # (name, size, patch, image side, family, extra options)
 _FAMILY_MODELS: list[tuple[str, str, int, int, str, dict]] = [
     *[(f"vit_{s}_patch14_dinov2", s, 14, 518, "dinov2", {}) for s in ("small", "base", "large")],
@@ -90,6 +123,32 @@ _FAMILY_MODELS: list[tuple[str, str, int, int, str, dict]] = [
     # timm's vit_so400m_patch14_siglip_384 drops the last 6 pixel rows (384 = 27 * 14 + 6);
     # vitkit refuses sizes the patches do not tile, so it is not registered
     *[(f"vit_so400m_patch14_siglip_{i}", "so400m", 14, i, "siglip", {}) for i in (224, 378)],
+    *[(f"vit_{s}_patch16_dinov3{q}", s, 16, 256, "dinov3", _QKVB if q else {})
+      for s in ("small", "base", "large") for q in ("", "_qkvb")],
+    ("vit_tiny_patch16_dinov3_qkvb", "tiny", 16, 256, "dinov3", _QKVB),
+    *[(f"vit_{s}_patch16_dinov3{q}", v, 16, 256, "dinov3",
+       dict(mlp="swiglu") | (_QKVB if q else {}))
+      for s, v in (("small_plus", "small"), ("huge_plus", "huge_plus"))
+      for q in ("", "_qkvb")],
+    ("vit_7b_patch16_dinov3", "7b", 16, 256, "dinov3", dict(mlp="swiglu")),
+    *[(f"eva02_{s}_patch14_{i}", s, 14, i, "eva02",
+       dict(mlp_dim=VARIANTS[s][0] * 8 // 3) | (dict(num_classes=1000) if i > 224 else {}))
+      for s, i in (("tiny", 224), ("tiny", 336), ("small", 224), ("small", 336))],
+    *[(f"eva02_{s}_patch14_{i}", s, 14, i, "eva02",
+       dict(mlp_dim=VARIANTS[s][0] * 8 // 3, mlp="swiglu", mlp_norm=True)
+       | (dict(num_classes=1000) if i > 224 else {}))
+      for s, i in (("base", 224), ("base", 448), ("large", 224), ("large", 448))],
+    *[(f"vit_pe_core_{s}_patch{p}_{i}", s, p, i, "pe_core",
+       dict(rope_ref_grid=(i // p, i // p), num_classes=c))
+      for s, p, i, c in (("tiny", 16, 384, 512), ("small", 16, 384, 512),
+                         ("base", 16, 224, 1024), ("large", 14, 336, 1024))],
+    *[(f"vit_{s}_patch16_rope_{k}224", s, 16, 224, "rope_mixed" if "mixed" in k else "rope",
+       dict(abs_pos=True, no_embed_class=True) if "ape" in k else {})
+      for s in ("small", "base", "large")
+      for k in ("", "ape_", "mixed_", "mixed_ape_")],
+    *[(f"vit_{s}_patch16_rope_reg{r}_gap_256", s, 16, 256, "rope_reg_gap",
+       dict(num_reg_tokens=r) | (dict(qkv_bias=False) if s == "mediumd" else _QKVB))
+      for s, r in (("medium", 1), ("mediumd", 1), ("betwixt", 4), ("base", 1))],
 ]
 # vitkit's own small models in the layouts of modern ViTs, for CPU training and the explanation
 # benchmarks: register tokens (as DINOv2's), and attention pooling by a learned query (SigLIP's)
@@ -99,9 +158,10 @@ MODEL_ARGS.update({
                                 "pool": "map"},
 })
 MODEL_ARGS.update({
-    name: dict(img_size=img, patch_size=patch, embed_dim=VARIANTS[size][0],
-               depth=VARIANTS[size][1], num_heads=VARIANTS[size][2], mlp_dim=VARIANTS[size][3],
-               **{**FAMILIES[family], **extra})
+    name: {**dict(img_size=img, patch_size=patch, embed_dim=VARIANTS[size][0],
+                  depth=VARIANTS[size][1], num_heads=VARIANTS[size][2],
+                  mlp_dim=VARIANTS[size][3]),
+           **FAMILIES[family], **extra}
     for name, size, patch, img, family, extra in _FAMILY_MODELS
 })
 
@@ -142,6 +202,8 @@ def create_model(name: str, **overrides) -> VisionTransformer:
     args = model_args(name)
     if overrides.get("pool") == "avg" and "class_token" not in overrides:
         overrides["class_token"] = False  # a GAP model has no [CLS] unless asked for one
+    if overrides.get("pool", "map") != "map":
+        overrides.setdefault("pool_heads", 0)  # the MAP head's heads go with the MAP head
     model = VisionTransformer(**{**args, **overrides})
     model.cfg.extra.setdefault("name", name)
     return model

@@ -52,6 +52,14 @@ def _options(cfg: ViTConfig) -> list[str]:
         (cfg.pool == "map", "attention pooling (MAP head): a learned query attends over every "
                             "token, then LayerNorm and MLP; no [CLS] (SigLIP)"),
         (not cfg.head_bias, "a head without bias (CLIP's projection)"),
+        (bool(cfg.rope), f"rotary position embeddings ({cfg.rope}, base "
+                         f"{cfg.rope_temperature:g}) on the patch rows of q and k"
+                         + ("" if cfg.abs_pos else ", no position table: any input size "
+                            "without interpolation")),
+        (cfg.mlp != "gelu", f"SwiGLU MLPs ({'packed' if cfg.mlp == 'glu' else 'split'} first "
+                            "layer: SiLU(gate) * value)"
+         + (" with a LayerNorm on the hidden layer" if cfg.mlp_norm else "")),
+        (cfg.qkv_bias and not cfg.key_bias, "a query and value bias, none on the key"),
     ]
     return [f"  + {text}" for on, text in said if on]
 
@@ -78,8 +86,9 @@ def summary(name: str, img_size: int | None = None, patch_size: int | None = Non
     ]
     rows = [
         ("patch embedding", parts["patch_embed"]),
-        (f"position table ({cfg.num_pos_prefix + gh * gw} x {cfg.embed_dim})",
-         parts["pos_embed"]),
+        (f"position table ({cfg.num_pos_prefix + gh * gw} x {cfg.embed_dim})" if cfg.abs_pos
+         else "position table (none: rotary embeddings)", parts["pos_embed"]),
+        *([("learned rotary frequencies (RoPE-Mixed)", parts["rope"])] if parts["rope"] else []),
         ("prefix tokens ([CLS], dist., registers)", parts["tokens"]),
         ("  per block: attention (qkv + proj)", parts["block.attn"]),
         ("  per block: MLP", parts["block.mlp"]),

@@ -25,8 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from vitkit.models import inference
-from vitkit.models.config import ACTIVATION_NAMES, ViTConfig, patch_grid
+from vitkit.models import inference, rope
+from vitkit.models.config import ACTIVATION_NAMES, MLP_NAMES, ViTConfig, patch_grid
 from vitkit.models.pos_embed import Pair, interpolate_pos_embed
 
 
@@ -94,42 +94,86 @@ def sdpa_attention(q, k, v, dropout_p: float = 0.0, return_attn: bool = False):
     return weights @ v, attn  # (B, h, T, d), (B, h, T, T)
 
 
+def split_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
+    """(B, T, h*d) -> (B, h, T, d)."""
+    B, T, _ = t.shape
+    return t.reshape(B, T, heads, -1).transpose(1, 2)
+
+
 class Attention(nn.Module):
-    """Multi-head self-attention with one fused qkv projection: (B, T, D) -> (B, T, D)."""
+    """Multi-head self-attention with one fused qkv projection: (B, T, D) -> (B, T, D).
+
+    The one definition every path runs: the relevance rules (explain/lrp.py) swap ``kernel``
+    (softmax(q k^T / sqrt(d)) v, with maps on request) for one with their backward; the ONNX
+    export traces it as it is. Rotary embeddings, when the model has them, turn the patch rows
+    of q and k between the projection and the kernel (``rope``: the table of the input's grid).
+    """
+
+    kernel = staticmethod(sdpa_attention)  # (q, k, v, dropout_p, return_attn) -> (out, maps)
 
     def __init__(
         self, dim: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.0,
-        proj_drop: float = 0.0,
+        proj_drop: float = 0.0, key_bias: bool = True,
     ) -> None:
         super().__init__()
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
         self.attn_drop = attn_drop
-        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias and key_bias)
+        # the query and value biases without a key bias (timm's EVA layout)
+        split = qkv_bias and not key_bias
+        self.q_bias = nn.Parameter(torch.zeros(dim)) if split else None
+        self.v_bias = nn.Parameter(torch.zeros(dim)) if split else None
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
 
-    def forward(self, x: torch.Tensor, return_attn: bool = False, rows: int | None = None):
+    def bias(self) -> torch.Tensor | None:
+        """The qkv projection's bias (3D,), the key's zero where it has none; None without."""
+        if self.q_bias is None:
+            return self.qkv.bias
+        return torch.cat([self.q_bias, torch.zeros_like(self.q_bias), self.v_bias])
+
+    def forward(self, x: torch.Tensor, return_attn: bool = False, rows: int | None = None,
+                rope_table: RopeTable | None = None):
         """(B, T, D) -> (B, T, D); with ``rows``, only the first ``rows`` tokens ask: (B, rows, D).
 
         Every token still gives keys and values; ``rows`` (the readout tokens of the last
         block) saves the other rows' queries, attention outputs and projection.
         """
         B, T, D = x.shape
-        h, d = self.num_heads, self.head_dim
+        h = self.num_heads
         dropout_p = self.attn_drop if self.training else 0.0
         if rows is None:
-            qkv = self.qkv(x).reshape(B, T, 3, h, d).permute(2, 0, 3, 1, 4)
-            q, k, v = qkv.unbind(0)  # each (B, h, T, d)
+            qkv = self.qkv(x) if self.q_bias is None else F.linear(x, self.qkv.weight,
+                                                                   self.bias())
+            q, k, v = qkv.reshape(B, T, 3, h, -1).permute(2, 0, 3, 1, 4).unbind(0)
         else:
-            w, b = self.qkv.weight, self.qkv.bias
-            q = F.linear(x[:, :rows], w[:D], None if b is None else b[:D])
-            q = q.reshape(B, rows, h, d).transpose(1, 2)  # (B, h, rows, d)
-            kv = F.linear(x, w[D:], None if b is None else b[D:])
-            k, v = kv.reshape(B, T, 2, h, d).permute(2, 0, 3, 1, 4).unbind(0)
-        x, attn = sdpa_attention(q, k, v, dropout_p, return_attn)  # (B, h, T or rows, d)
+            w, b = self.qkv.weight, self.bias()
+            q = split_heads(F.linear(x[:, :rows], w[:D], None if b is None else b[:D]), h)
+            k, v = F.linear(x, w[D:], None if b is None else b[D:]) \
+                .reshape(B, T, 2, h, -1).permute(2, 0, 3, 1, 4).unbind(0)  # each (B, h, T, d)
+        if rope_table is not None:
+            q, k = rope_table.apply(q, k)
+        x, attn = self.kernel(q, k, v, dropout_p, return_attn)  # (B, h, T or rows, d)
         x = x.transpose(1, 2).reshape(B, -1, D)
         return self.proj_drop(self.proj(x)), attn
+
+
+class RopeTable:
+    """A grid's rotary table as a block uses it: ``apply(q, k)`` rotates the patch rows (those
+    after the ``prefix`` tokens); ``sin``/``cos`` are (N, d) or, per block, (h, N, d)."""
+
+    def __init__(self, sin: torch.Tensor, cos: torch.Tensor, prefix: int, half: bool) -> None:
+        self.sin, self.cos, self.prefix, self.half = sin, cos, prefix, half
+
+    def apply(self, q: torch.Tensor, k: torch.Tensor):
+        return rope.apply(q, k, (self.sin, self.cos), self.prefix, self.half)
+
+    def layer(self, i: int) -> RopeTable:
+        """The table of block ``i`` (learned per-block frequencies), else this one."""
+        if self.sin.dim() == 4:
+            return RopeTable(self.sin[i], self.cos[i], self.prefix, self.half)
+        return self
 
 
 class QuickGELU(nn.Module):
@@ -148,17 +192,68 @@ assert tuple(ACTIVATIONS) == ACTIVATION_NAMES  # the config's names, each built 
 
 
 class Mlp(nn.Module):
-    """Linear -> activation (exact GELU unless ``act`` says) -> Linear: (B, T, D) -> (B, T, D)."""
+    """Linear -> activation (exact GELU unless ``act`` says) -> [LayerNorm] -> Linear:
+    (B, T, D) -> (B, T, D). The LayerNorm on the hidden layer (``norm``) is EVA-02's scale_mlp."""
 
-    def __init__(self, dim: int, hidden_dim: int, drop: float = 0.0, act: str = "gelu") -> None:
+    def __init__(self, dim: int, hidden_dim: int, drop: float = 0.0, act: str = "gelu",
+                 norm_eps: float | None = None) -> None:
         super().__init__()
         self.fc1 = nn.Linear(dim, hidden_dim)
         self.act = ACTIVATIONS[act]()
+        self.norm = nn.LayerNorm(hidden_dim, eps=norm_eps) if norm_eps else nn.Identity()
         self.fc2 = nn.Linear(hidden_dim, dim)
         self.drop = nn.Dropout(drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+        return self.drop(self.fc2(self.norm(self.drop(self.act(self.fc1(x))))))
+
+
+class Product(nn.Module):
+    """a * b, the gate of a GLU (a module, so the relevance rules can swap its backward)."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a * b
+
+
+class SwiGLU(nn.Module):
+    """SiLU(gate) * value -> [LayerNorm] -> Linear: (B, T, D) -> (B, T, D), hidden width H.
+
+    ``packed``: one first layer ``fc1`` (2H outputs: the gate's H, then the value's; timm's
+    GluMlp/SwiGLUPacked, EVA-02 T/S); else two, ``fc1_g`` and ``fc1_x`` (timm's SwiGLU, DINOv3
+    S+/H+, EVA-02 B/L with the hidden LayerNorm)."""
+
+    def __init__(self, dim: int, hidden_dim: int, drop: float = 0.0, packed: bool = False,
+                 norm_eps: float | None = None) -> None:
+        super().__init__()
+        self.packed = packed
+        if packed:
+            self.fc1 = nn.Linear(dim, 2 * hidden_dim)
+        else:
+            self.fc1_g = nn.Linear(dim, hidden_dim)
+            self.fc1_x = nn.Linear(dim, hidden_dim)
+        self.act = nn.SiLU()
+        self.gate = Product()
+        self.norm = nn.LayerNorm(hidden_dim, eps=norm_eps) if norm_eps else nn.Identity()
+        self.fc2 = nn.Linear(hidden_dim, dim)
+        self.drop = nn.Dropout(drop)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed:
+            g, v = self.fc1(x).chunk(2, dim=-1)
+        else:
+            g, v = self.fc1_g(x), self.fc1_x(x)
+        return self.drop(self.fc2(self.norm(self.drop(self.gate(self.act(g), v)))))
+
+
+def make_mlp(kind: str, dim: int, hidden_dim: int, drop: float, act: str,
+             norm_eps: float | None) -> nn.Module:
+    """The block MLP ``kind`` names (``ViTConfig.mlp``); ``norm_eps``: a hidden LayerNorm."""
+    if kind == "gelu":
+        return Mlp(dim, hidden_dim, drop, act, norm_eps)
+    return SwiGLU(dim, hidden_dim, drop, packed=kind == "glu", norm_eps=norm_eps)
+
+
+assert MLP_NAMES == ("gelu", "glu", "swiglu")  # the config's names, each built by make_mlp
 
 
 class DropPath(nn.Module):
@@ -198,21 +293,23 @@ class Block(nn.Module):
     def __init__(
         self, dim: int, num_heads: int, mlp_dim: int, qkv_bias: bool = True,
         drop: float = 0.0, attn_drop: float = 0.0, drop_path: float = 0.0, eps: float = 1e-6,
-        init_values: float | None = None, act: str = "gelu",
+        init_values: float | None = None, act: str = "gelu", mlp: str = "gelu",
+        mlp_norm: bool = False, key_bias: bool = True,
     ) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=eps)
-        self.attn = Attention(dim, num_heads, qkv_bias, attn_drop, drop)
+        self.attn = Attention(dim, num_heads, qkv_bias, attn_drop, drop, key_bias)
         self.ls1 = LayerScale(dim, init_values) if init_values is not None else nn.Identity()
         self.drop_path1 = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=eps)
-        self.mlp = Mlp(dim, mlp_dim, drop, act)
+        self.mlp = make_mlp(mlp, dim, mlp_dim, drop, act, eps if mlp_norm else None)
         self.ls2 = LayerScale(dim, init_values) if init_values is not None else nn.Identity()
         self.drop_path2 = DropPath(drop_path)
 
-    def forward(self, x: torch.Tensor, return_attn: bool = False, rows: int | None = None):
+    def forward(self, x: torch.Tensor, return_attn: bool = False, rows: int | None = None,
+                rope_table: RopeTable | None = None):
         """(B, T, D) -> (B, T, D) and maps; with ``rows``, the first ``rows`` tokens only."""
-        y, attn = self.attn(self.norm1(x), return_attn, rows)
+        y, attn = self.attn(self.norm1(x), return_attn, rows, rope_table)
         x = (x if rows is None else x[:, :rows]) + self.drop_path1(self.ls1(y))
         x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
         return x, attn  # (B, T or rows, D), (B, h, T or rows, T) or None
@@ -221,7 +318,10 @@ class Block(nn.Module):
 class MapHead(nn.Module):
     """Multi-head attention pooling (big_vision's MAP head, timm's ``attn_pool``): a learned
     query attends over every token, then a residual MLP on LayerNorm.
-    (B, T, D) -> (B, D), and the query's attention (B, heads, T) when asked."""
+    (B, T, D) -> (B, D), and the query's attention (B, heads, T) when asked. Its attention
+    runs the same swappable ``kernel`` as the blocks'."""
+
+    kernel = staticmethod(sdpa_attention)
 
     def __init__(self, dim: int, num_heads: int, mlp_dim: int, eps: float, act: str) -> None:
         super().__init__()
@@ -235,10 +335,10 @@ class MapHead(nn.Module):
 
     def forward(self, x: torch.Tensor, return_attn: bool = False):
         B, T, D = x.shape
-        h, d = self.num_heads, D // self.num_heads
-        q = self.q(self.latent).reshape(1, 1, h, d).transpose(1, 2).expand(B, -1, -1, -1)
-        k, v = self.kv(x).reshape(B, T, 2, h, d).permute(2, 0, 3, 1, 4).unbind(0)
-        y, attn = sdpa_attention(q, k, v, 0.0, return_attn)  # (B, h, 1, d), (B, h, 1, T)
+        h = self.num_heads
+        q = split_heads(self.q(self.latent), h).expand(B, -1, -1, -1)  # (B, h, 1, d)
+        k, v = self.kv(x).reshape(B, T, 2, h, -1).permute(2, 0, 3, 1, 4).unbind(0)
+        y, attn = self.kernel(q, k, v, 0.0, return_attn)  # (B, h, 1, d), (B, h, 1, T)
         y = self.proj(y.transpose(1, 2).reshape(B, 1, D))
         y = (y + self.mlp(self.norm(y)))[:, 0]  # (B, D)
         return (y, attn[:, :, 0]) if return_attn else y
@@ -270,20 +370,24 @@ class VisionTransformer(nn.Module):
             nn.Parameter(torch.zeros(1, cfg.num_reg_tokens, D)) if cfg.num_reg_tokens else None
         )
         gh, gw = cfg.grid_size
-        self.pos_embed = nn.Parameter(torch.zeros(1, cfg.num_pos_prefix + gh * gw, D))
+        self.pos_embed = nn.Parameter(torch.zeros(1, cfg.num_pos_prefix + gh * gw, D)) \
+            if cfg.abs_pos else None
+        self.rope = rope.RotaryEmbedding(cfg) if cfg.rope else None
         self.pos_drop = nn.Dropout(cfg.drop_rate)
         self.norm_pre = nn.LayerNorm(D, eps=cfg.norm_eps) if cfg.pre_norm else nn.Identity()
         # stochastic depth rises linearly from 0 at the first block to drop_path_rate at the last
         rates = [cfg.drop_path_rate * i / max(cfg.depth - 1, 1) for i in range(cfg.depth)]
         self.blocks = nn.ModuleList(
             Block(D, cfg.num_heads, cfg.mlp_dim, cfg.qkv_bias, cfg.drop_rate,
-                  cfg.attn_drop_rate, rate, cfg.norm_eps, cfg.init_values, cfg.act)
+                  cfg.attn_drop_rate, rate, cfg.norm_eps, cfg.init_values, cfg.act, cfg.mlp,
+                  cfg.mlp_norm, cfg.key_bias)
             for rate in rates
         )
         # Pre-norm needs a final LayerNorm: on all tokens, or (fc_norm) on the pooled vector.
         self.norm = nn.Identity() if cfg.fc_norm else nn.LayerNorm(D, eps=cfg.norm_eps)
         self.fc_norm = nn.LayerNorm(D, eps=cfg.norm_eps) if cfg.fc_norm else nn.Identity()
-        self.attn_pool = MapHead(D, cfg.num_heads, cfg.mlp_dim, cfg.norm_eps, cfg.act) \
+        self.attn_pool = MapHead(D, cfg.pool_heads or cfg.num_heads, cfg.mlp_dim, cfg.norm_eps,
+                                 cfg.act) \
             if cfg.pool == "map" else None
         self.pre_logits = (
             nn.Sequential(OrderedDict(fc=nn.Linear(D, cfg.representation_size), act=nn.Tanh()))
@@ -297,7 +401,8 @@ class VisionTransformer(nn.Module):
     # ----------------------------------------------------------------------------- set-up
     def init_weights(self) -> None:
         """Position table trunc-normal(0.02), tokens ~N(0, 1e-6), linears trunc-normal(0.02)."""
-        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        if self.pos_embed is not None:
+            nn.init.trunc_normal_(self.pos_embed, std=0.02)
         for token in self._prefix_params():
             if token is not None:
                 nn.init.normal_(token, std=1e-6)
@@ -343,19 +448,23 @@ class VisionTransformer(nn.Module):
         self.grad_checkpointing = enable
 
     def set_img_size(self, img_size: Pair) -> None:
-        """Move the model to a new input size, interpolating the position table in place."""
+        """Move the model to a new input size, interpolating the position table in place (a
+        model with rotary embeddings only has none: its rotations are computed for any grid)."""
         old_grid = self.grid_size
         new_cfg = ViTConfig(**{**self.cfg.to_dict(), "img_size": img_size})
-        table = interpolate_pos_embed(
-            self.pos_embed.data, old_grid, new_cfg.grid_size, self.cfg.num_pos_prefix
-        )
-        self.pos_embed = nn.Parameter(table)
+        if self.pos_embed is not None:
+            table = interpolate_pos_embed(
+                self.pos_embed.data, old_grid, new_cfg.grid_size, self.cfg.num_pos_prefix,
+                mode=self.cfg.pos_interp,
+            )
+            self.pos_embed = nn.Parameter(table)
         self.cfg = new_cfg
 
     def reset_classifier(self, num_classes: int) -> None:
         """Replace the head (both heads if distilled) with fresh ones; 0 gives features."""
         self.cfg.num_classes = num_classes
-        like = dict(device=self.pos_embed.device, dtype=self.pos_embed.dtype)
+        like = dict(device=self.patch_embed.proj.weight.device,
+                    dtype=self.patch_embed.proj.weight.dtype)
         self.head = self._new_head(num_classes).to(**like)
         if self.head_dist is not None:
             self.head_dist = self._new_head(num_classes).to(**like)
@@ -367,7 +476,7 @@ class VisionTransformer(nn.Module):
         ``always``: interpolate the table even to its own grid (an exact identity), so a traced
         graph (the ONNX export) keeps the grid symbolic."""
         pos = self.pos_embed
-        if always or grid != self.grid_size:
+        if pos is not None and (always or grid != self.grid_size):
             if not (always or self.cfg.dynamic_img_size):
                 p = self.cfg.patch_size
                 raise ValueError(
@@ -379,15 +488,31 @@ class VisionTransformer(nn.Module):
                     f"dynamic_img_size=True to interpolate on the fly."
                 )
             pos = interpolate_pos_embed(pos, self.grid_size, grid, self.cfg.num_pos_prefix,
+                                        mode=self.cfg.pos_interp,
                                         antialias=self.cfg.pos_antialias, always=always)
-        if self.cfg.no_embed_class:
+        if pos is not None and self.cfg.no_embed_class:
             x = x + pos  # the table covers the patches only
         B = x.shape[0]
         prefix = [t.expand(B, -1, -1) for t in self._prefix_params()]
         x = torch.cat(prefix + [x], dim=1) if prefix else x  # (B, T, D), T = prefix + N
-        if not self.cfg.no_embed_class:
+        if pos is not None and not self.cfg.no_embed_class:
             x = x + pos
         return self.pos_drop(x)
+
+    def rope_table(self, grid: tuple[int, int]) -> RopeTable | None:
+        """The rotary table of a (gh, gw) grid, as the blocks take it (None without RoPE)."""
+        if self.rope is None:
+            return None
+        sin, cos = self.rope(grid)
+        return RopeTable(sin, cos, self.num_prefix_tokens, self.cfg.rope_half)
+
+    def embed(self, x: torch.Tensor, trace: bool = False):
+        """Images (B, C, H, W) -> the tokens the first block takes (B, T, D), their patch grid
+        and its rotary table (or None). ``trace``: keep the grid symbolic (see _pos_embed)."""
+        grid = (x.shape[-2] // self.cfg.patch_size, x.shape[-1] // self.cfg.patch_size) \
+            if trace else patch_grid(x.shape[-2:], self.cfg.patch_size)
+        tokens = self.norm_pre(self._pos_embed(self.patch_embed(x), grid, always=trace))
+        return tokens, grid, self.rope_table(grid)
 
     def _layers_with_maps(self, attn_layers: Sequence[int] | None) -> list[int]:
         depth = len(self.blocks)
@@ -404,6 +529,7 @@ class VisionTransformer(nn.Module):
     def forward_features(
         self, x: torch.Tensor, return_attn: bool = False,
         attn_layers: Sequence[int] | None = None, *, readout_only: bool = False,
+        trace: bool = False,
     ):
         """(B, C, H, W) -> tokens (B, T, D) after the final norm, and maps if asked.
 
@@ -412,7 +538,8 @@ class VisionTransformer(nn.Module):
         [CLS]-pooled model) returns only the rows the head reads, (B, R, D) with R = 1, or 2
         for DeiT's distillation token, and the last block computes only those rows (keys and
         values still from every token): the same numbers, about 1/depth less work, in
-        training as in inference.
+        training as in inference. ``trace`` (the ONNX export): the standard blocks on every
+        row, and a grid that stays symbolic.
         """
         if readout_only and self.cfg.readout_rows is None:
             raise ValueError("readout_only needs a [CLS]-pooled model; this one pools 'avg'")
@@ -422,12 +549,11 @@ class VisionTransformer(nn.Module):
         if x.dim() != 4 or x.shape[1] != self.cfg.in_chans:
             raise ValueError(f"expected images (B, {self.cfg.in_chans}, H, W), got shape "
                              f"{tuple(x.shape)}")
-        grid = patch_grid(x.shape[-2:], self.cfg.patch_size)
-        x = self.norm_pre(self._pos_embed(self.patch_embed(x), grid))
+        x, grid, table = self.embed(x, trace)
         wanted = set(self._layers_with_maps(attn_layers)) if return_attn else set()
         maps: dict[int, torch.Tensor] = {}
         last = len(self.blocks) - 1  # with ``rows``, computed for the readout rows only
-        if inference.applies(self, x):
+        if not trace and inference.applies(self, x):
             B, T, D = x.shape
             stream = x.reshape(B * T, D)  # x is this forward's own tensor: safe to update
             ws = inference.Workspace()
@@ -443,10 +569,12 @@ class VisionTransformer(nn.Module):
         else:
             for i, block in enumerate(self.blocks):
                 only = rows if i == last and i not in wanted else None
+                layer_table = table.layer(i) if table is not None else None
                 if self.grad_checkpointing and torch.is_grad_enabled():
-                    x, attn = checkpoint(block, x, i in wanted, only, use_reentrant=False)
+                    x, attn = checkpoint(block, x, i in wanted, only, layer_table,
+                                         use_reentrant=False)
                 else:
-                    x, attn = block(x, i in wanted, only)
+                    x, attn = block(x, i in wanted, only, layer_table)
                 if attn is not None:
                     maps[i] = attn
         x = self.norm(x[:, :rows] if rows is not None else x)

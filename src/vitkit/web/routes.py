@@ -22,6 +22,7 @@ from starlette.datastructures import UploadFile
 from vitkit.errors import VitkitError
 from vitkit.explain.attention import HEAD_FUSIONS
 from vitkit.explain.causal import MEASURES
+from vitkit.explain.lrp import BUDGET_LABELS
 from vitkit.web.query import BadQuery, Query
 from vitkit.web.samples import Sample
 from vitkit.web.session import Explorer, View, constant_note, is_constant
@@ -54,16 +55,22 @@ def view_answer(explorer: Explorer, view: View, label: str) -> dict:
 
 
 def method_answer(explorer: Explorer, view: View, method: str, target, options: dict) -> dict:
-    """A method's map for the page: the map, the class it explains, its range, and whether it
-    is constant (with the note that says so)."""
+    """A method's map for the page: the map, the class it explains, its range, whether it
+    is constant (with the note that says so), and for a relevance (LRP) method its budget:
+    [[label, value, share of the logit]] for each part, pixels to the rules' remainder."""
     shown = explorer.method_map(view, method, target, **options)
     explained = explorer.explained_class(shown)
     name = explorer.class_names()[explained] if explained is not None else None
     m = shown.map[0]
     constant = is_constant(m)
+    budget = None
+    if shown.budget is not None:
+        logit = float(sum(v[0] for v in shown.budget.values()))
+        budget = [[BUDGET_LABELS[k], float(v[0]), float(v[0]) / logit if logit else 0.0]
+                  for k, v in shown.budget.items()]
     return dict(method=shown.method, target=explained, target_name=name, map=encode(m),
                 lo=float(m.min()), hi=float(m.max()), constant=constant,
-                note=constant_note(shown.method, m) if constant else "")
+                note=constant_note(shown.method, m) if constant else "", budget=budget)
 
 
 def map_options(q: Query) -> dict:

@@ -281,7 +281,7 @@ class Explorer:
         key = ("method", view.id, method, target, key_opts)
         return self._cached(key, lambda: explain.explain_map(
             self.model, view.x, method, target=target, outputs=(view.logits, view.maps),
-            **used), locked=m.gradients)  # attention-only maps read the stored maps
+            budget=True, **used), locked=m.gradients)  # attention-only maps read the stored maps
 
     def faithfulness(self, view: View, method: str, target: int | None, steps: int = 16,
                      progress: Callable[[float], None] | None = None, **options) -> dict:

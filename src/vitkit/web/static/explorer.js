@@ -438,7 +438,9 @@ function showMethod(name, r) {  // one method's answer, drawn in its figure
   drawFigure(fig.querySelector("canvas"), S.methods[name].map, { box: true });
   const what = r.target === null ? "" : ` (${className(r.target)})`;
   const scale = r.constant ? ` Constant map (${fmt(r.lo)} everywhere): nothing to show, no faithfulness score.` : ` Colour: ${fmt(r.lo)} (dark) to ${fmt(r.hi)} (bright).`;
-  fig.querySelector("figcaption").textContent = `${name}${what}: ${S.model.methods[name]}.${scale}`;
+  // a relevance method's budget, as the server computed it: where the explained logit goes
+  const budget = r.budget ? ` Relevance budget (shares of the logit): ${r.budget.map(([label, , share]) => `${label} ${(100 * share).toFixed(1)}%`).join(", ")}.` : "";
+  fig.querySelector("figcaption").textContent = `${name}${what}: ${S.model.methods[name]}.${scale}${budget}`;
   fig.classList.toggle("constant", r.constant);
   if (S.selectedMethod === name) selectMethod(name);
 }

@@ -90,6 +90,11 @@ def cnn_refusal(cfg) -> list[str]:
     return []
 
 
+def exact_variant(width: int, depth: int, mlp_dim: int) -> bool:
+    """Whether (width, depth, MLP) is one of the family table's sizes exactly."""
+    return any((d, n, m) == (width, depth, mlp_dim) for d, n, _, m in VARIANTS.values())
+
+
 def infer_num_heads(width: int, depth: int, mlp_dim: int, notes: list[str]) -> int:
     """Heads are not stored in timm/torchvision/DeiT weights: take them from the family table.
 

@@ -29,6 +29,7 @@ from vitkit.checkpoints.common import (
     Checkpoint,
     CheckpointError,
     StateDict,
+    exact_variant,
     infer_num_heads,
     shallower_than_known,
     strip_prefix,
@@ -285,6 +286,16 @@ def _to_vitkit(ckpt: Checkpoint, fmt: str, notes: list[str], keep_pre_logits: bo
             kwargs["num_heads"] = num_heads
         elif kwargs.get("num_heads") is None:
             # timm and torchvision weights do not store the number of heads
+            arch = (config or {}).get("architecture")
+            if arch and not exact_variant(kwargs["embed_dim"], kwargs["depth"],
+                                          kwargs["mlp_dim"]):
+                # a named model of no standard size: its own heads, not a convention's
+                raise CheckpointError(
+                    f"{ckpt.path}: its config names {arch}, which is not in vitkit's model "
+                    "table and has no standard size, and the number of attention heads is in "
+                    "neither its weights nor its config (timm's giant models, for one, do not "
+                    "follow the 64-wide convention). Pass it: vitkit.load_model(path, "
+                    "num_heads=N), or model_args.num_heads in config.json")
             kwargs["num_heads"] = infer_num_heads(
                 kwargs["embed_dim"], kwargs["depth"], kwargs["mlp_dim"], notes)
     if not keep_pre_logits and kwargs.get("representation_size"):

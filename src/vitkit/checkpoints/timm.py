@@ -74,10 +74,15 @@ def depth_of(state: StateDict, pattern: str, stated: int | None = None) -> int:
     return depth
 
 
+# timm architectures whose forward differs in a way their keys do not show, by name
+_NOT_IN_THE_KEYS = {"_rpn_": "post-norm blocks (timm's ResPostBlock)"}
+
+
 def unsupported(state: StateDict, config: dict) -> list[str]:
     """What a timm-layout checkpoint has that vitkit's ViT cannot express (empty when none)."""
     keys = list(state)
-    found = []
+    arch = str(config.get("architecture", ""))
+    found = [what for part, what in _NOT_IN_THE_KEYS.items() if part in arch]
     if any("relative_position_bias_table" in k for k in keys):
         found.append("relative position bias (BEiT, BEiT v2, Data2Vec)")
     if any(k.endswith(("attn.q_norm.weight", "attn.k_norm.weight")) for k in keys):
@@ -151,6 +156,14 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
                      "vit_base_patch16_clip_quickgelu_224)")
     heads = model_args.get("num_heads")  # None: the loader infers it from the family table
     prefix = int(class_token) + int(distilled) + regs
+    # timm's VisionTransformer pools by attention over the patch tokens only unless told
+    # (pool_include_prefix); its Eva and vitkit over every token (a file vitkit wrote says so)
+    if pool == "map" and prefix and not family.get("rope") and not (
+            model_args.get("pool_include_prefix") or "pos_antialias" in config):
+        raise CheckpointError(
+            "this checkpoint is a ViT variant vitkit cannot express: it has a MAP head that "
+            "attends to the patch tokens only, beside its [CLS] or register tokens (timm's "
+            "default); vitkit's MAP head attends to every token")
     img_size = model_args.get("img_size")
     input_size = (config.get("pretrained_cfg") or {}).get("input_size")
     if img_size is None and input_size:
@@ -274,6 +287,8 @@ def from_vitkit(model) -> tuple[StateDict, dict]:
         global_pool={"cls": "token", "avg": "avg", "map": "map"}[cfg.pool],
         init_values=cfg.init_values, pre_norm=cfg.pre_norm, act_layer=cfg.act,
         dynamic_img_size=cfg.dynamic_img_size,
+        # vitkit's MAP head attends to every token, prefix ones included
+        **({"pool_include_prefix": True} if cfg.pool == "map" and cfg.num_prefix_tokens else {}),
     )
     name = cfg.extra.get("name", "vit_custom")
     if cfg.distilled:

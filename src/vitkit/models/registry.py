@@ -32,6 +32,7 @@ VARIANTS: dict[str, tuple[int, int, int, int]] = {
     "mediumd": (512, 20, 8, 2048),
     "huge_plus": (1280, 32, 20, 5120),  # DINOv3 H+ (SwiGLU)
     "7b": (4096, 40, 32, 8192),  # DINOv3 7B (SwiGLU)
+    "giant": (1536, 40, 24, 4096),  # DINOv2 g (packed SwiGLU)
 }
 
 # (size, patch, image side): the standard ones are exactly those timm defines.
@@ -103,6 +104,8 @@ _FAMILY_MODELS: list[tuple[str, str, int, int, str, dict]] = [
     *[(f"vit_{s}_patch14_dinov2", s, 14, 518, "dinov2", {}) for s in ("small", "base", "large")],
     *[(f"vit_{s}_patch14_reg4_dinov2", s, 14, 518, "reg4_dinov2", {})
       for s in ("small", "base", "large")],
+    ("vit_giant_patch14_dinov2", "giant", 14, 518, "dinov2", dict(mlp="glu")),
+    ("vit_giant_patch14_reg4_dinov2", "giant", 14, 518, "reg4_dinov2", dict(mlp="glu")),
     *[(f"deit3_{s}_patch16_{i}", s, 16, i, "deit3", {})
       for s in ("small", "base", "large") for i in (224, 384)],
     ("deit3_medium_patch16_224", "medium", 16, 224, "deit3", {}),
@@ -156,6 +159,9 @@ MODEL_ARGS.update({
     "vit_micro_patch4_32_reg4": {**MODEL_ARGS["vit_micro_patch4_32"], "num_reg_tokens": 4},
     "vit_micro_patch4_32_map": {**MODEL_ARGS["vit_micro_patch4_32"], "class_token": False,
                                 "pool": "map"},
+    # timm's average-pooled ViT-B/16: 16 heads of 48, not the 12 of 64 of ViT-B
+    "vit_base_patch16_gap_224": {**MODEL_ARGS["vit_base_patch16_224"], "num_heads": 16,
+                                 "pool": "avg", "class_token": False},
 })
 MODEL_ARGS.update({
     name: {**dict(img_size=img, patch_size=patch, embed_dim=VARIANTS[size][0],

@@ -50,7 +50,8 @@ def main() -> None:
                                 repeats=args.repeats, warmup=1, desc=name)
         ratios = [t / v for t, v in zip(times["timm"], times["vitkit"], strict=True)]
         looks = [m / v for m, v in zip(times["maps"], times["vitkit"], strict=True)]
-        fused = "in-place CPU path" if inference.applies(ours, x) else "standard blocks"
+        with torch.inference_mode():
+            fused = "in-place CPU path" if inference.applies(ours, x) else "standard blocks"
         rows.append(f"| `{name}` | {size.get('img_size', 224)} | {fused} | "
                     f"{1000 * median(times['vitkit']) / args.batch:.1f} | "
                     f"{1000 * median(times['timm']) / args.batch:.1f} | "

@@ -226,3 +226,18 @@ def test_siglip2_naflex_runs_each_image_at_its_aspect_ratio(tmp_path):
                       pixel_attention_mask=mask).pooler_output
         ours = torch.cat([model(image[None]) for image in images])
     assert max_diff(ours, theirs) < TOL
+
+
+def test_the_rotary_table_is_reused_only_where_it_is_the_same():
+    """A fixed-frequency table is computed once per grid and reused; another grid, learned
+    frequencies, or a table made under inference mode then needed by autograd get their own."""
+    model = sharpened(vitkit.create_model("vit_small_patch16_dinov3", depth=1, img_size=32))
+    first = model.rope((2, 2))
+    assert model.rope((2, 2)) is first and model.rope((2, 3)) is not first
+    with torch.inference_mode():
+        model(torch.rand(1, 3, 32, 32))
+    x = torch.rand(1, 3, 32, 32, requires_grad=True)
+    model(x).sum().backward()  # no inference tensor reaches autograd
+    assert x.grad is not None
+    mixed = vitkit.create_model("vit_small_patch16_rope_mixed_224", depth=1)
+    assert mixed.rope((2, 2)) is not mixed.rope((2, 2))

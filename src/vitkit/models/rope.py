@@ -44,6 +44,7 @@ class RotaryEmbedding(nn.Module):
                                                          self.temperature))
         else:
             self.register_buffer("freqs", self.axial_freqs(), persistent=False)
+        self._last: tuple | None = None  # (key, table): fixed frequencies, the last grid
 
     def axial_freqs(self) -> torch.Tensor:
         """(2, d/2): the first axis turns the first d/4 pairs, the second the last d/4."""
@@ -64,11 +65,6 @@ class RotaryEmbedding(nn.Module):
         fy = torch.cat([mag * torch.sin(angle), mag * torch.sin(angle + math.pi / 2)], -1)
         return torch.stack([fx, fy])
 
-    def reset_parameters(self) -> None:
-        """Recompute the fixed frequencies (after the model was built on the meta device)."""
-        if self.kind != "mixed":
-            self.freqs = self.axial_freqs().to(self.freqs.device)
-
     def coordinates(self, grid: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         """The two coordinates of every patch, row-major: ((N,), (N,)), first axis first."""
         sides = [grid[1], grid[0]] if self.xy else [grid[0], grid[1]]
@@ -88,6 +84,19 @@ class RotaryEmbedding(nn.Module):
         return c0.reshape(-1), c1.reshape(-1)
 
     def forward(self, grid: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+        # fixed frequencies on a concrete grid: the last table is reused (a traced graph's grid
+        # is symbolic and learned frequencies change, so those are computed every time)
+        if self.kind == "mixed" or not all(type(g) is int for g in grid) \
+                or torch.compiler.is_compiling():
+            return self._table(grid)
+        # (an inference-mode tensor cannot enter autograd later: the mode is part of the key)
+        key = (tuple(grid), self.freqs.data_ptr(), self.freqs._version, self.freqs.dtype,
+               torch.is_inference_mode_enabled())
+        if self._last is None or self._last[0] != key:
+            self._last = (key, self._table(grid))
+        return self._last[1]
+
+    def _table(self, grid: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         c0, c1 = self.coordinates(grid)
         f = self.freqs.float()
         if self.kind == "mixed":  # (depth, heads, N, d/2)

@@ -80,10 +80,25 @@ def detect(ckpt: Checkpoint) -> bool:
     return any(k.endswith("embeddings.patch_embeddings.projection.weight") for k in ckpt.state)
 
 
+# the Hugging Face model types this layout reads, and why the others on its keys are refused
+READS = ("vit", "vit_mae", "vit_msn")
+OTHERS = {"beit": "relative position bias (BEiT)",
+          "data2vec-vision": "relative position bias (Data2Vec vision is BEiT's layout)",
+          "deit": "Hugging Face's DeiT layout (load timm's deit_* weights instead)",
+          "ijepa": "Hugging Face's I-JEPA layout (no [CLS] token, a table without its row)"}
+
+
 def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
     if not config:
         raise CheckpointError("a Hugging Face ViT needs its config.json beside the weights "
                               "(load the folder save_pretrained wrote, not the bare file)")
+    kind = config.get("model_type", "vit")
+    if kind not in READS:
+        what = OTHERS.get(kind, "a model type vitkit does not read")
+        raise CheckpointError(
+            f"this is a Hugging Face {kind} model ({', '.join(config.get('architectures') or [])})"
+            f": {what}. vitkit reads the Hugging Face ViT, ViT-MAE, ViT-MSN, DINOv2, DINOv3, "
+            "CLIP, SigLIP and SigLIP 2 layouts")
     act = act_of(config)
     state = strip_prefix(state, "vit.")
     state.pop("embeddings.mask_token", None)  # only used for masked-image-modelling

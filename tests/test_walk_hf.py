@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers as T
+from test_families_rope import sharpened
 
 import vitkit
 from vitkit import CheckpointError
 
 from peers import max_diff
-from test_families_rope import sharpened
 
 SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
              image_size=32, patch_size=8)

@@ -226,6 +226,13 @@ def test_siglip2_naflex_runs_each_image_at_its_aspect_ratio(tmp_path):
                       pixel_attention_mask=mask).pooler_output
         ours = torch.cat([model(image[None]) for image in images])
     assert max_diff(ours, theirs) < TOL
+    # and written back as a Siglip2VisionModel that transformers reads to the same outputs
+    out = vitkit.export(model, tmp_path / "back", to="hf")
+    again = T.AutoModel.from_pretrained(out).eval()
+    assert type(again).__name__ == "Siglip2VisionModel"
+    with torch.no_grad():
+        assert max_diff(again(pixel_values=pixels, spatial_shapes=shapes,
+                              pixel_attention_mask=mask).pooler_output, theirs) < TOL
 
 
 def test_the_rotary_table_is_reused_only_where_it_is_the_same():

@@ -51,8 +51,8 @@ HOLDS = frozenset({
 # holds the 2025-26 options DINOv3 has (hf_dinov3.py), the others no class
 HOLDS_ROPE_ERA = frozenset({"abs_pos", "rope", "rope_temperature", "rope_half", "mlp",
                             "key_bias"})
-HOLDS = HOLDS | HOLDS_ROPE_ERA
-REFUSES = frozenset({"pos_interp", "distilled", "fc_norm"}) | (ROPE_ERA_OPTIONS - HOLDS_ROPE_ERA)
+HOLDS = HOLDS | HOLDS_ROPE_ERA | {"pos_interp"}  # Siglip2VisionModel: a bilinear table
+REFUSES = frozenset({"distilled", "fc_norm"}) | (ROPE_ERA_OPTIONS - HOLDS_ROPE_ERA)
 
 # vitkit name <- HF name, per block ("{i}") and outside the blocks.
 _BLOCK = {
@@ -163,9 +163,9 @@ def refusals(cfg) -> list[str]:
     ``CLIPVisionModelWithProjection``, ``SiglipVisionModel``."""
     if cnn_refusal(cfg):
         return cnn_refusal(cfg)
-    if bilinear_refusal(cfg):
-        return bilinear_refusal(cfg)
     family = _family(cfg)
+    if family is not hf_siglip and bilinear_refusal(cfg):  # SigLIP 2 holds a bilinear table
+        return bilinear_refusal(cfg)
     if family is not hf_dinov3 and rope_era_refusal(cfg):
         return rope_era_refusal(cfg)
     if family is not None:

@@ -91,8 +91,12 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
 
 
 def refusals(cfg) -> list[str]:
-    """Why ``SiglipVisionModel`` cannot hold this model."""
+    """Why ``SiglipVisionModel`` (or, for a table moved bilinearly, ``Siglip2VisionModel``)
+    cannot hold this model."""
     return cnn_refusal(cfg) or [msg for bad, msg in [
+        (cfg.pos_interp == "bilinear" and not (cfg.dynamic_img_size and cfg.pos_antialias),
+         "moves its table bilinearly but not to every input with antialias (SigLIP 2's "
+         "NaFlex does both)"),
         (cfg.pool != "map", "does not pool by attention (a MAP head)"),
         (cfg.class_token or cfg.num_reg_tokens, "has prefix tokens"),
         (cfg.num_classes > 0, "has a head (SiglipVisionModel ends at the MAP head)"),
@@ -108,8 +112,11 @@ def from_vitkit(model) -> tuple[StateDict, dict]:
     cfg = model.cfg
     s = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     p = "vision_model."
+    patch_w = s["patch_embed.proj.weight"]  # (D, C, P, P)
+    if cfg.pos_interp == "bilinear":  # SigLIP 2: a linear map of (P, P, C)-flattened patches
+        patch_w = patch_w.permute(0, 2, 3, 1).reshape(patch_w.shape[0], -1).contiguous()
     out: StateDict = {
-        f"{p}embeddings.patch_embedding.weight": s["patch_embed.proj.weight"],
+        f"{p}embeddings.patch_embedding.weight": patch_w,
         f"{p}embeddings.patch_embedding.bias": s["patch_embed.proj.bias"],
         f"{p}embeddings.position_embedding.weight": s["pos_embed"][0],
         f"{p}post_layernorm.weight": s["norm.weight"], f"{p}post_layernorm.bias": s["norm.bias"],
@@ -128,4 +135,8 @@ def from_vitkit(model) -> tuple[StateDict, dict]:
     out.update(encoder_from_vitkit(s, cfg.depth, p))
     config = {"architectures": ["SiglipVisionModel"], "model_type": "siglip_vision_model",
               **tower_config(cfg)}
+    if cfg.pos_interp == "bilinear":
+        gh, gw = cfg.grid_size
+        config.update(architectures=["Siglip2VisionModel"], model_type="siglip2_vision_model",
+                      num_patches=gh * gw)
     return out, config

@@ -113,3 +113,26 @@ def test_the_audit_and_the_explorer_run_on_it():
     shown = explorer.method_map(view, "attnlrp", None)
     assert shown.map.shape == (1, 8, 8) and set(shown.budget) >= {"pixels", "tokens"}
     assert explorer.model_view(view).shape[-2:] == (8, 8)
+
+
+def test_train_eval_predict_audit_info_and_list_run_on_it(tmp_path, capsys):
+    """The rest of the command line on DINOv3: trained from scratch for a few steps (its
+    recipe's position table is none: the rotary embeddings), evaluated, predicted, audited,
+    described and listed."""
+    assert main(["train", "--model", "vit_small_patch16_dinov3", "--data", "digits",
+                 "--img-size", "16", "--patch-size", "4", "--batch-size", "32", "--steps", "3",
+                 "--warmup-steps", "1", "--out", str(tmp_path), "--name", "d3"]) == 0
+    trained = tmp_path / "d3" / "best.safetensors"
+    model = vitkit.load_model(trained, verbose=False)
+    assert (model.cfg.rope, model.pos_embed, model.num_classes) == ("dinov3", None, 10)
+    assert main(["eval", str(trained), "--data", "digits"]) == 0
+    assert main(["predict", str(trained), str(PHOTOS / "china.jpg")]) == 0
+    assert main(["audit", "--checkpoint", str(trained), "--data", "digits", "--limit", "64",
+                 "--out", str(tmp_path / "audit")]) == 0
+    assert (tmp_path / "audit" / "audit.json").stat().st_size > 0
+    capsys.readouterr()
+    assert main(["info", "vit_small_patch16_dinov3"]) == 0
+    text = capsys.readouterr().out
+    assert "rotary position embeddings (dinov3, base 100)" in text and "21,586,944" in text
+    assert main(["list", "dinov3"]) == 0
+    assert "vit_7b_patch16_dinov3" in capsys.readouterr().out.split()

@@ -83,8 +83,8 @@ def test_timm_weights_give_timms_outputs_at_two_resolutions(name, tmp_path):
     for size in [(h, w), (h - 4 * p, w + 2 * p)]:
         x = torch.randn(2, 3, *size)
         theirs, ours = _out(peer, x), _out(model, x)
-        assert max_diff(ours[0], theirs[0]) < TOL, size
-        assert max_diff(ours[1], theirs[1]) < TOL, size
+        for a, b in zip(ours, theirs, strict=True):  # 1e-4 of the outputs' scale
+            assert max_diff(a, b) < TOL * max(1.0, b.abs().max().item()), size
     # the test can fail: without its rotary embeddings the model is far from timm's
     model.rope = None
     assert max_diff(_out(model, x)[0], theirs[0]) > 100 * TOL

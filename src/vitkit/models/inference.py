@@ -21,6 +21,10 @@ the rows the head reads ([CLS], and DeiT's distillation token): keys and values 
 from every token, but the query, output projection and MLP of the other rows are never
 computed, since nothing reads them (:func:`last_block_readout`, about 1/depth of the work).
 
+Rotary embeddings turn the patch rows of q and k in the qkv buffer (``_rotate_``, the rotation
+of ``models/rope.py``), after adding the key bias, which the softmax no longer ignores once
+each key is turned by its own angle; SwiGLU's gate is computed in the hidden buffer.
+
 All of it is exact algebra, so the outputs equal the standard path's up to float rounding
 (about 1e-6; tests pin both paths against each other and against timm). Autograd, training,
 autocast, hooks and ``torch.compile`` take the standard path; so does any device other than
@@ -44,24 +48,25 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules import module as _module
 
+from vitkit.models import rope
+
 # Everything outside the blocks runs as written (patch embedding, prefix tokens, position
 # table, pre-norm, pooling, heads); inside them the in-place arithmetic reads each layer's own
 # shapes, biases (qkv_bias: none is added), LayerNorm eps and LayerScale (folded into the
 # branch's last linear layer).
+# Rotary embeddings turn the patch rows of q and k inside the qkv buffer (the key bias added
+# first: after a rotation it is no longer the same for every key); SwiGLU runs its gate in the
+# hidden buffers, with the hidden LayerNorm where the model has one.
 SUPPORTS: frozenset[str] = frozenset({
     "img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads",
     "mlp_dim", "pool", "class_token", "distilled", "num_reg_tokens", "no_embed_class",
     "representation_size", "fc_norm", "qkv_bias", "init_values", "pre_norm", "patch_bias",
     "head_bias", "norm_eps", "dynamic_img_size", "pos_antialias", "pool_heads", "key_bias",
-    "pos_interp",
+    "pos_interp", "abs_pos", "rope", "rope_temperature", "rope_offset", "rope_xy", "rope_half",
+    "rope_ref_grid", "mlp", "mlp_norm",
 })
-# The in-place MLP computes exact GELU only: QuickGELU and tanh-GELU blocks, SwiGLU MLPs (and a
-# LayerNorm inside the MLP), and rotary embeddings (with them, a model without a position
-# table) run as written.
-REFUSES: frozenset[str] = frozenset({
-    "act", "mlp", "mlp_norm", "abs_pos", "rope", "rope_temperature", "rope_offset", "rope_xy",
-    "rope_half", "rope_ref_grid",
-})
+# The in-place GELU MLP computes exact GELU only: QuickGELU and tanh-GELU blocks run as written.
+REFUSES: frozenset[str] = frozenset({"act"})
 
 
 class Workspace:
@@ -118,8 +123,9 @@ def _hooked(model: nn.Module) -> bool:
 
 
 def block_inplace(block: nn.Module, x: torch.Tensor, batch: int, ws: Workspace,
-                  return_attn: bool = False) -> torch.Tensor | None:
-    """One pre-norm block on the residual stream x (N, D), N = B*T, updated in place.
+                  return_attn: bool = False, rope_table=None) -> torch.Tensor | None:
+    """One pre-norm block on the residual stream x (N, D), N = B*T, updated in place;
+    ``rope_table`` (a ``RopeTable``) turns the patch rows of q and k as ``Block.forward`` does.
 
     Returns the block's attention maps (B, h, T, T) when ``return_attn``, else None.
     """
@@ -132,6 +138,8 @@ def block_inplace(block: nn.Module, x: torch.Tensor, batch: int, ws: Workspace,
     b_q, proj_bias = _query_and_output_biases(attn)
     if b_q is not None:
         qkv[:, :D].add_(b_q)
+    if rope_table is not None:
+        _rotate_(qkv.view(batch, T, 3, h, D // h), attn, rope_table, (0, 1))
     if return_attn:
         o, maps = attention_with_maps(qkv, batch, h, ws)
     else:
@@ -140,21 +148,57 @@ def block_inplace(block: nn.Module, x: torch.Tensor, batch: int, ws: Workspace,
     o = o.transpose(1, 2).reshape(N, D)
     proj_w, proj_bias = _layer_scaled(block.ls1, attn.proj.weight, proj_bias)
     x.add_(proj_bias).addmm_(o, proj_w.t())
-    _mlp_residual_(block, x, ws.buffer("hidden", (N, block.mlp.fc1.out_features), x))
+    _mlp_residual_(block, x, ws, N)
     return maps
 
 
-def _mlp_residual_(block: nn.Module, x: torch.Tensor, hidden: torch.Tensor) -> None:
-    """x += fc2(GELU(fc1(LN2(x)))) in place: x (n, D), ``hidden`` (n, H) scratch.
+def _rotate_(heads: torch.Tensor, attn: nn.Module, table, parts: tuple[int, ...]) -> None:
+    """Turn, in place, the patch rows of the parts ``parts`` (0: q, 1: k of a qkv view; 0: k of
+    a kv view) of ``heads`` (B, T, parts, h, d) by ``table``, after adding the key bias: the
+    softmax ignores a key bias only while every key is turned alike."""
+    key = parts[-1]
+    bias = attn.bias()
+    if bias is not None:
+        D = heads.shape[-1] * heads.shape[-2]
+        heads[:, :, key].add_(bias[D:2 * D].view(heads.shape[-2], -1))
+    sin, cos = table.sin, table.cos  # (N, d), or (h, N, d) for learned frequencies
+    if sin.dim() == 3:
+        sin, cos = sin.transpose(0, 1), cos.transpose(0, 1)  # (N, h, d)
+    else:
+        sin, cos = sin[:, None], cos[:, None]  # (N, 1, d)
+    for p in parts:
+        rows = heads[:, table.prefix:, p]  # (B, N, h, d)
+        rows.copy_(rope.rotate(rows, sin, cos, table.half))
 
-    fc1 goes into ``hidden``, its bias and the exact GELU are applied there in place, and fc2
-    accumulates straight into ``x`` after its bias.
+
+def _mlp_residual_(block: nn.Module, x: torch.Tensor, ws: Workspace, n: int) -> None:
+    """x += fc2(GELU(fc1(LN2(x)))) in place, or SwiGLU's fc2(norm(SiLU(g) * v)): x (k, D),
+    k <= n; the hidden activations go into a workspace buffer of n rows (shared by every block).
+
+    fc1 goes into the buffer, its bias and the exact GELU are applied there in place (for
+    SwiGLU: SiLU on the gate, times the value, into the gate's rows), and fc2 accumulates
+    straight into ``x`` after its bias.
     """
     mlp, norm = block.mlp, block.norm2
+    k = x.shape[0]
     y = F.layer_norm(x, x.shape[-1:], norm.weight, norm.bias, norm.eps)
-    torch.mm(y, mlp.fc1.weight.t(), out=hidden)
-    torch.ops.aten.gelu_(hidden.add_(mlp.fc1.bias))
     fc2_w, fc2_b = _layer_scaled(block.ls2, mlp.fc2.weight, mlp.fc2.bias)
+    H = fc2_w.shape[1]
+    if getattr(mlp, "packed", False):  # SwiGLU with fc1 giving [gate | value]
+        both = ws.buffer("hidden", (n, 2 * H), x)[:k]
+        torch.addmm(mlp.fc1.bias, y, mlp.fc1.weight.t(), out=both)
+        gate, value = both.split(H, dim=1)
+        hidden = F.silu(gate, inplace=True).mul_(value)
+    elif hasattr(mlp, "fc1_g"):  # SwiGLU with split first layers
+        gate = ws.buffer("hidden", (n, H), x)[:k]
+        torch.addmm(mlp.fc1_g.bias, y, mlp.fc1_g.weight.t(), out=gate)
+        hidden = F.silu(gate, inplace=True).mul_(F.linear(y, mlp.fc1_x.weight, mlp.fc1_x.bias))
+    else:
+        hidden = ws.buffer("hidden", (n, H), x)[:k]
+        torch.mm(y, mlp.fc1.weight.t(), out=hidden)
+        torch.ops.aten.gelu_(hidden.add_(mlp.fc1.bias))
+    if not isinstance(mlp.norm, nn.Identity):  # EVA-02's LayerNorm on the hidden layer
+        hidden = F.layer_norm(hidden, (H,), mlp.norm.weight, mlp.norm.bias, mlp.norm.eps)
     x.add_(fc2_b).addmm_(hidden, fc2_w.t())
 
 
@@ -198,7 +242,7 @@ def attention_with_maps(qkv: torch.Tensor, batch: int, heads: int, ws: Workspace
 
 
 def last_block_readout(block: nn.Module, x: torch.Tensor, batch: int, rows: int,
-                       ws: Workspace) -> torch.Tensor:
+                       ws: Workspace, rope_table=None) -> torch.Tensor:
     """The last block for the first ``rows`` tokens only: stream (N, D) -> (B, rows, D).
 
     Every token still provides keys and values; only the readout rows ([CLS], distillation)
@@ -210,6 +254,8 @@ def last_block_readout(block: nn.Module, x: torch.Tensor, batch: int, rows: int,
     y = F.layer_norm(x, (D,), block.norm1.weight, block.norm1.bias, block.norm1.eps)
     kv_buf = ws.buffer("qkv", (N, 3 * D), x).view(-1)[: N * 2 * D].view(N, 2 * D)
     kv = torch.mm(y, attn.qkv.weight[D:].t(), out=kv_buf)  # (N, 2D): keys, values
+    if rope_table is not None:  # the readout rows are prefix rows: only the keys turn
+        _rotate_(kv.view(batch, T, 2, h, D // h), attn, rope_table, (0,))
     y_read = y.view(batch, T, D)[:, :rows].reshape(batch * rows, D)
     q = torch.mm(y_read, attn.qkv.weight[:D].t())  # (B*rows, D)
     b_q, proj_bias = _query_and_output_biases(attn)
@@ -221,6 +267,5 @@ def last_block_readout(block: nn.Module, x: torch.Tensor, batch: int, rows: int,
     out = x.view(batch, T, D)[:, :rows].reshape(batch * rows, D)  # a copy: the readout rows
     proj_w, proj_bias = _layer_scaled(block.ls1, attn.proj.weight, proj_bias)
     out.add_(proj_bias).addmm_(o, proj_w.t())
-    hidden = ws.buffer("hidden", (N, block.mlp.fc1.out_features), x)[: batch * rows]
-    _mlp_residual_(block, out, hidden)
+    _mlp_residual_(block, out, ws, N)
     return out.view(batch, rows, D)

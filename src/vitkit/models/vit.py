@@ -558,10 +558,11 @@ class VisionTransformer(nn.Module):
             stream = x.reshape(B * T, D)  # x is this forward's own tensor: safe to update
             ws = inference.Workspace()
             for i, block in enumerate(self.blocks):
+                layer_table = table.layer(i) if table is not None else None
                 if i == last and rows is not None and i not in wanted:
-                    x = inference.last_block_readout(block, stream, B, rows, ws)
+                    x = inference.last_block_readout(block, stream, B, rows, ws, layer_table)
                     break
-                attn = inference.block_inplace(block, stream, B, ws, i in wanted)
+                attn = inference.block_inplace(block, stream, B, ws, i in wanted, layer_table)
                 if attn is not None:
                     maps[i] = attn
             else:

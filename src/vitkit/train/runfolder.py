@@ -64,9 +64,15 @@ def _alive(pid: int, host: str) -> bool:
 def lock(folder: Path) -> RunLock:
     """Take ``folder``'s lock, or a :class:`ConfigError` naming the process that holds it."""
     path = folder / LOCK
+    mine = f"{os.getpid()} {socket.gethostname()}\n"
     for _ in range(3):
+        # the lock appears with its holder already written (a hard link of a written file):
+        # a lock created empty and written after let a second process read it empty, take it
+        # for stale and take it over while its holder ran
+        tmp = folder / f"{LOCK}.{os.getpid()}.tmp"
+        tmp.write_text(mine)
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            os.link(tmp, path)
         except FileExistsError:
             holder = _holder(path)
             if holder is not None and _alive(*holder):
@@ -77,8 +83,8 @@ def lock(folder: Path) -> RunLock:
             path.unlink(missing_ok=True)  # stale: its process is gone
             logger.info("took over the lock of %s: the process that held it is gone", folder)
             continue
-        with os.fdopen(fd, "w") as f:
-            f.write(f"{os.getpid()} {socket.gethostname()}\n")
+        finally:
+            tmp.unlink(missing_ok=True)
         return RunLock(path)
     raise ConfigError(f"cannot lock {folder}: another process keeps taking {path}")
 

@@ -160,8 +160,8 @@ def test_the_fast_path_declares_every_option():
                                       ("ViTConfig.NEUTRAL", ViTConfig.NEUTRAL)) if field in s]
         assert len(where) == 1, (
             f"ViTConfig.{field} is declared by {where or 'none'} of SUPPORTS and REFUSES in "
-            f"{path} and ViTConfig.NEUTRAL: put it in exactly one (SUPPORTS once block_inplace "
-            "computes it as Block.forward does)")
+            f"{path} and ViTConfig.NEUTRAL: put it in exactly one (SUPPORTS once the in-place "
+            "arithmetic computes it as the standard one does)")
     assert (inference.SUPPORTS | inference.REFUSES) <= {*FIELDS}
 
 
@@ -258,14 +258,45 @@ def test_the_fast_path_computes_what_it_supports(field):
     assert ran, f"no sample of {field} runs on the fast path"
 
 
-@pytest.mark.parametrize("field", sorted(inference.REFUSES))
-def test_the_fast_path_leaves_what_it_refuses_to_the_blocks(field):
-    for sample in variants(field):
-        model = model_of(sample)
-        x = torch.randn(1, model.cfg.in_chans, *model.cfg.img_size)
-        with torch.no_grad():
-            assert not inference.applies(model, x), sample
-        assert field in inference.unsupported(model.cfg), sample
+def test_the_fast_path_leaves_what_it_refuses_to_the_blocks():
+    for field in sorted(inference.REFUSES):
+        for sample in variants(field):
+            model = model_of(sample)
+            x = torch.randn(1, model.cfg.in_chans, *model.cfg.img_size)
+            with torch.no_grad():
+                assert not inference.applies(model, x), sample
+            assert field in inference.unsupported(model.cfg), sample
+    # a field nobody declared keeps a model off the in-place arithmetic until it is declared
+    novel = dataclasses.make_dataclass("Novel", [("novel", int, 0)], bases=(ViTConfig,))
+    assert inference.unsupported(novel(novel=1)) == ["novel"]
+    assert inference.unsupported(novel()) == []
+
+
+def test_the_fast_path_runs_the_one_block_forward(monkeypatch):
+    """The in-place path is an arithmetic swapped into Block.forward, not a second forward:
+    every block of an in-place forward goes through Block.forward and the InPlace steps."""
+    from vitkit.models import vit
+
+    seen = {"forward": 0, "residual": 0}
+    forward, residual = vit.Block.forward, inference.InPlace.residual
+
+    def counted_forward(self, *args, **kwargs):
+        seen["forward"] += 1
+        return forward(self, *args, **kwargs)
+
+    def counted_residual(self, *args):
+        seen["residual"] += 1
+        return residual(self, *args)
+
+    monkeypatch.setattr(vit.Block, "forward", counted_forward)
+    monkeypatch.setattr(inference.InPlace, "residual", counted_residual)
+    model = model_of(dict(rope="axial", mlp="swiglu", init_values=0.1))
+    x = torch.randn(2, 3, *model.cfg.img_size)
+    with torch.no_grad():
+        assert inference.applies(model, x)
+        model(x)
+    depth = model.cfg.depth
+    assert seen == {"forward": depth, "residual": 2 * depth}
 
 
 def test_neutral_fields_keep_the_fast_path():

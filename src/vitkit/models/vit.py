@@ -26,6 +26,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from vitkit.models import inference, rope
+from vitkit.models.arithmetic import STANDARD, Arithmetic, split_heads
 from vitkit.models.config import ACTIVATION_NAMES, MLP_NAMES, ViTConfig, patch_grid
 from vitkit.models.pos_embed import Pair, interpolate_pos_embed
 
@@ -94,19 +95,14 @@ def sdpa_attention(q, k, v, dropout_p: float = 0.0, return_attn: bool = False):
     return weights @ v, attn  # (B, h, T, d), (B, h, T, T)
 
 
-def split_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
-    """(B, T, h*d) -> (B, h, T, d)."""
-    B, T, _ = t.shape
-    return t.reshape(B, T, heads, -1).transpose(1, 2)
-
-
 class Attention(nn.Module):
     """Multi-head self-attention with one fused qkv projection: (B, T, D) -> (B, T, D).
 
     The one definition every path runs: the relevance rules (explain/lrp.py) swap ``kernel``
     (softmax(q k^T / sqrt(d)) v, with maps on request) for one with their backward; the ONNX
-    export traces it as it is. Rotary embeddings, when the model has them, turn the patch rows
-    of q and k between the projection and the kernel (``rope``: the table of the input's grid).
+    export traces it as it is; the in-place CPU path swaps the arithmetic of its steps
+    (:class:`Arithmetic`). Rotary embeddings, when the model has them, turn the patch rows of q
+    and k between the projection and the kernel (``rope``: the table of the input's grid).
     """
 
     kernel = staticmethod(sdpa_attention)  # (q, k, v, dropout_p, return_attn) -> (out, maps)
@@ -134,29 +130,18 @@ class Attention(nn.Module):
         return torch.cat([self.q_bias, torch.zeros_like(self.q_bias), self.v_bias])
 
     def forward(self, x: torch.Tensor, return_attn: bool = False, rows: int | None = None,
-                rope_table: RopeTable | None = None):
+                rope_table: RopeTable | None = None, ops: Arithmetic = STANDARD):
         """(B, T, D) -> (B, T, D); with ``rows``, only the first ``rows`` tokens ask: (B, rows, D).
 
         Every token still gives keys and values; ``rows`` (the readout tokens of the last
         block) saves the other rows' queries, attention outputs and projection.
         """
-        B, T, D = x.shape
-        h = self.num_heads
-        dropout_p = self.attn_drop if self.training else 0.0
-        if rows is None:
-            qkv = self.qkv(x) if self.q_bias is None else F.linear(x, self.qkv.weight,
-                                                                   self.bias())
-            q, k, v = qkv.reshape(B, T, 3, h, -1).permute(2, 0, 3, 1, 4).unbind(0)
-        else:
-            w, b = self.qkv.weight, self.bias()
-            q = split_heads(F.linear(x[:, :rows], w[:D], None if b is None else b[:D]), h)
-            k, v = F.linear(x, w[D:], None if b is None else b[D:]) \
-                .reshape(B, T, 2, h, -1).permute(2, 0, 3, 1, 4).unbind(0)  # each (B, h, T, d)
+        q, k, v = ops.qkv(self, x, rows, rope_table is not None)
         if rope_table is not None:
-            q, k = rope_table.apply(q, k)
-        x, attn = self.kernel(q, k, v, dropout_p, return_attn)  # (B, h, T or rows, d)
-        x = x.transpose(1, 2).reshape(B, -1, D)
-        return self.proj_drop(self.proj(x)), attn
+            q, k = ops.rotate(rope_table, q, k)
+        dropout_p = self.attn_drop if self.training else 0.0
+        o, attn = ops.attend(self.kernel, q, k, v, dropout_p, return_attn)  # (B, h, R, d)
+        return self.proj_drop(ops.project(self, o)), attn
 
 
 class RopeTable:
@@ -204,8 +189,9 @@ class Mlp(nn.Module):
         self.fc2 = nn.Linear(hidden_dim, dim)
         self.drop = nn.Dropout(drop)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.fc2(self.norm(self.drop(self.act(self.fc1(x))))))
+    def forward(self, x: torch.Tensor, ops: Arithmetic = STANDARD) -> torch.Tensor:
+        h = self.drop(ops.act(self.act, ops.linear(self.fc1, x, "hidden")))
+        return self.drop(ops.linear(self.fc2, self.norm(h), "branch"))
 
 
 class Product(nn.Module):
@@ -237,12 +223,13 @@ class SwiGLU(nn.Module):
         self.fc2 = nn.Linear(hidden_dim, dim)
         self.drop = nn.Dropout(drop)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ops: Arithmetic = STANDARD) -> torch.Tensor:
         if self.packed:
-            g, v = self.fc1(x).chunk(2, dim=-1)
+            g, v = ops.linear(self.fc1, x, "hidden").chunk(2, dim=-1)
         else:
-            g, v = self.fc1_g(x), self.fc1_x(x)
-        return self.drop(self.fc2(self.norm(self.drop(self.gate(self.act(g), v)))))
+            g, v = ops.linear(self.fc1_g, x, "hidden"), ops.linear(self.fc1_x, x, "value")
+        h = self.drop(ops.gate(self.gate, ops.act(self.act, g), v))
+        return self.drop(ops.linear(self.fc2, self.norm(h), "branch"))
 
 
 def make_mlp(kind: str, dim: int, hidden_dim: int, drop: float, act: str,
@@ -307,11 +294,12 @@ class Block(nn.Module):
         self.drop_path2 = DropPath(drop_path)
 
     def forward(self, x: torch.Tensor, return_attn: bool = False, rows: int | None = None,
-                rope_table: RopeTable | None = None):
-        """(B, T, D) -> (B, T, D) and maps; with ``rows``, the first ``rows`` tokens only."""
-        y, attn = self.attn(self.norm1(x), return_attn, rows, rope_table)
-        x = (x if rows is None else x[:, :rows]) + self.drop_path1(self.ls1(y))
-        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+                rope_table: RopeTable | None = None, ops: Arithmetic = STANDARD):
+        """(B, T, D) -> (B, T, D) and maps; with ``rows``, the first ``rows`` tokens only.
+        ``ops``: the arithmetic of the steps (the in-place one updates ``x`` itself)."""
+        y, attn = self.attn(self.norm1(x), return_attn, rows, rope_table, ops)
+        x = ops.residual(x if rows is None else x[:, :rows], y, self.ls1, self.drop_path1)
+        x = ops.residual(x, self.mlp(self.norm2(x), ops), self.ls2, self.drop_path2)
         return x, attn  # (B, T or rows, D), (B, h, T or rows, T) or None
 
 
@@ -553,31 +541,20 @@ class VisionTransformer(nn.Module):
         wanted = set(self._layers_with_maps(attn_layers)) if return_attn else set()
         maps: dict[int, torch.Tensor] = {}
         last = len(self.blocks) - 1  # with ``rows``, computed for the readout rows only
+        ops = STANDARD
         if not trace and inference.applies(self, x):
-            B, T, D = x.shape
-            stream = x.reshape(B * T, D)  # x is this forward's own tensor: safe to update
-            ws = inference.Workspace()
-            for i, block in enumerate(self.blocks):
-                layer_table = table.layer(i) if table is not None else None
-                if i == last and rows is not None and i not in wanted:
-                    x = inference.last_block_readout(block, stream, B, rows, ws, layer_table)
-                    break
-                attn = inference.block_inplace(block, stream, B, ws, i in wanted, layer_table)
-                if attn is not None:
-                    maps[i] = attn
+            ops = inference.InPlace()  # the same blocks, their steps computed in place
+            x = x.contiguous()  # this forward's own tensor: the blocks update it in place
+        for i, block in enumerate(self.blocks):
+            only = rows if i == last and i not in wanted else None
+            layer_table = table.layer(i) if table is not None else None
+            if self.grad_checkpointing and torch.is_grad_enabled():
+                x, attn = checkpoint(block, x, i in wanted, only, layer_table,
+                                     use_reentrant=False)
             else:
-                x = stream.view(B, T, D)
-        else:
-            for i, block in enumerate(self.blocks):
-                only = rows if i == last and i not in wanted else None
-                layer_table = table.layer(i) if table is not None else None
-                if self.grad_checkpointing and torch.is_grad_enabled():
-                    x, attn = checkpoint(block, x, i in wanted, only, layer_table,
-                                         use_reentrant=False)
-                else:
-                    x, attn = block(x, i in wanted, only, layer_table)
-                if attn is not None:
-                    maps[i] = attn
+                x, attn = block(x, i in wanted, only, layer_table, ops)
+            if attn is not None:
+                maps[i] = attn
         x = self.norm(x[:, :rows] if rows is not None else x)
         if not return_attn:
             return x

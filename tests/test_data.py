@@ -10,6 +10,7 @@ from PIL import Image
 from vitkit.data import cluttered_digits, digits_split
 from vitkit.data.datasets import load_split
 from vitkit.data.images import load_image, resize_and_crop
+from vitkit.errors import DataError
 
 
 def test_cluttered_digits_are_deterministic_and_boxed():
@@ -163,3 +164,21 @@ def test_a_sample_draws_its_augmentation_from_its_own_seed_and_leaves_the_global
     assert not torch.equal(drawn[0], drawn[1])  # different samples, different draws
     data.set_epoch(4)
     assert not torch.equal(data[0][0], drawn[0])  # a new epoch, a new augmentation
+
+
+def test_pooled_splits_join_the_validation_images_for_pre_training():
+    train, val = load_split("digits:0-4", "train", 8), load_split("digits:0-4", "val", 8)
+    both = load_split("digits:0-4@both", "train", 8)
+    assert len(both) == len(train) + len(val) and both.classes == train.classes
+    assert both.labels == train.labels + val.labels
+    assert np.array_equal(np.asarray(both.images[len(train)]), np.asarray(val.images[0]))
+    assert load_split("digits:0-4@both", "val", 8).labels == val.labels  # SPEC's own
+    every_val = load_split("digits", "val", 8)
+    outside = load_split("digits@both-but:5-9", "train", 8)
+    kept = [label for label in every_val.labels if label < 5]
+    assert len(outside) == len(load_split("digits", "train", 8)) + len(kept)
+    assert outside.labels[-len(kept):] == kept  # the validation images of 5-9 left out
+    with pytest.raises(DataError, match="SPEC@both or SPEC@both-but:CLASSES"):
+        load_split("digits@all", "train", 8)
+    with pytest.raises(DataError, match="digits:CLASSES takes class numbers 0-9"):
+        load_split("digits@both-but:12", "train", 8)

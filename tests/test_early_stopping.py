@@ -124,9 +124,71 @@ def test_a_fixed_budget_with_a_holdout_reports_the_split_it_never_chose_on(tmp_p
     assert "test_top1" in result.outcome
 
 
+def test_the_anneal_counter_decays_to_the_floor_and_ends_the_run():
+    stop = EarlyStop(patience=2, anneal_epochs=3)
+    for epoch, loss in enumerate([1.0, 0.8, 0.9, 0.85], start=1):
+        stop.update(loss, epoch)
+    assert stop.stopped and not stop.finished(4)  # patience ran out: annealing follows
+    stop.begin_anneal(4, step=40, lr=0.01)
+    steps = 10  # per epoch
+    lrs = [stop.lr(step, steps, 1e-5) for step in range(40, 70)]  # its 30 steps
+    assert lrs[-1] == pytest.approx(1e-5)  # the last step at the floor
+    assert all(a > b for a, b in zip([0.01, *lrs[:-1]], lrs, strict=True))  # falling each step
+    assert lrs[14] == pytest.approx((0.01 + 1e-5) / 2)  # a cosine: half way at half time
+    stop.update(0.7, 5)  # a better loss while annealing keeps it annealing
+    stop.update(0.75, 6)
+    assert stop.stopped and stop.best_epoch == 5 and not stop.finished(6)
+    assert stop.finished(7) and stop.best_before_anneal == 0.8
+    assert EarlyStop.from_state(stop.state(), 2, 3) == stop
+    plain = EarlyStop(patience=2)  # no annealing: patience ends it
+    for epoch, loss in enumerate([1.0, 1.1, 1.2], start=1):
+        plain.update(loss, epoch)
+    assert plain.finished(3)
+
+
+@pytest.fixture(scope="module")
+def annealed(tmp_path_factory):
+    """The overfitting case again, with --anneal-epochs 3 after patience runs out."""
+    out = tmp_path_factory.mktemp("anneal")
+    cfg = resolve({**BASE, "data_fraction": 0.1, "epochs": 60, "patience": 3, "lr": 4e-2,
+                   "anneal_epochs": 3, "min_lr": 1e-6, "out": str(out), "name": "annealed"})
+    return train(cfg, progress=False)
+
+
+def test_patience_then_anneal_decays_the_rate_and_keeps_the_lowest_loss(annealed):
+    o = annealed.outcome
+    assert json.loads((annealed.run_dir / "result.json").read_text()) == o
+    assert o["stopped"] == "patience" and o["annealed"] and o["anneal_epochs"] == 3
+    stop_epoch = o["anneal_from_epoch"]
+    with open(annealed.run_dir / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == o["epochs"] == stop_epoch + 3 < 60
+    losses = [float(r["val_loss"]) for r in rows]
+    # patience ran out at the stop: 3 evaluations after the best before it
+    before = losses[:stop_epoch]
+    assert min(range(stop_epoch), key=before.__getitem__) + 1 + 3 == stop_epoch
+    assert o["best_val_loss_before_anneal"] == pytest.approx(min(before))
+    # the best of the whole run, annealing included, is what best.safetensors holds
+    best = min(range(len(losses)), key=losses.__getitem__)
+    assert o["best_epoch"] == best + 1 and o["best_val_loss"] == pytest.approx(losses[best])
+    # the learning rate of each annealing epoch's last step falls from the stop's to the floor
+    lrs = [float(r["lr"]) for r in rows]
+    anneal = lrs[stop_epoch:]
+    assert o["anneal_from_lr"] == pytest.approx(lrs[stop_epoch - 1], rel=0.05)
+    assert all(a > b for a, b in zip([o["anneal_from_lr"], *anneal[:-1]], anneal, strict=True))
+    assert anneal[-1] == pytest.approx(1e-6)  # --min-lr
+    log = (annealed.run_dir / "train.log").read_text()
+    assert f"early stop after epoch {stop_epoch}" in log and "annealing: 3 more epochs" in log
+    assert "annealed for 3 epochs" in log
+    again = train(None, resume=annealed.run_dir, progress=False)  # finished: nothing more
+    assert len(again.history) == len(rows) and again.outcome["epochs"] == o["epochs"]
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--holdout", "0.7"], "holdout must be at most 0.5"),
     (["--patience", "-1"], "patience must not be negative"),
+    (["--anneal-epochs", "3"], "this run has no --patience"),
+    (["--patience", "2", "--anneal-epochs", "-1"], "anneal_epochs must not be negative"),
 ])
 def test_bad_stopping_options_are_named(tmp_path, capsys, flags, message):
     assert main(["train", "--out", str(tmp_path), *flags]) == 2

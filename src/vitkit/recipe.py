@@ -101,13 +101,15 @@ def study_budget(steps: int, warmup: float = STUDY_WARMUP) -> dict:
 
 
 def study_converge(epochs: int, patience: int, holdout: float,
-                   warmup: float = STUDY_WARMUP) -> dict:
+                   warmup: float = STUDY_WARMUP, anneal: int = 0) -> dict:
     """A study run's budget to convergence: at most ``epochs`` epochs (the cosine runs over
     them, the first ``warmup`` of them a linear warmup), evaluated every epoch on ``holdout``
     of the training split, stopped once the validation loss has not improved for
-    ``patience`` epochs (0: never; the best epoch is still the one kept)."""
+    ``patience`` epochs (0: never; the best epoch is still the one kept), then, with
+    ``anneal``, that many epochs with the learning rate decayed to the floor."""
     return {"epochs": epochs, "steps": 0, "eval_every": 1, "holdout": holdout,
-            "patience": patience, "warmup_epochs": warmup * epochs, "warmup_steps": 0}
+            "patience": patience, "warmup_epochs": warmup * epochs, "warmup_steps": 0,
+            **({"anneal_epochs": anneal} if patience and anneal else {})}
 
 
 def study_base(**options) -> dict:

@@ -10,32 +10,34 @@ mode: one ViT per patch size, accuracy against FLOPs. Each writes a CSV, Markdow
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from vitkit.errors import ConfigError
+from vitkit.train import regime_study as regime
 from vitkit.train import study as plans
 from vitkit.train.patch_study import PatchStudyOptions, run_patch_study
-from vitkit.train.study import Study, StudyPlan, default_source, plan_dict, run_workers
-from vitkit.train.study_report import write_data_report, write_patch_report
-from vitkit.util.files import atomic_write
+from vitkit.train.regime_report import run_regime
+from vitkit.train.study import StudyPlan, default_source
+from vitkit.train.study_report import run_data_study, write_patch_report
 
 NAME = "study"
 HELP = "the article's training claims on your data: ViT vs CNN, pre-training, augmentation, 2x"
 DESCRIPTION = ("--mode data: ViT vs ResNet-18 (and one of the ViT's compute) on nested subsets, "
                "pre-trained arms, DeiT-style augmentation and distillation, and fine-tuning at "
                "twice the resolution; seeds, error bars, resumable. --mode patch: one ViT per "
-               "patch size, accuracy vs FLOPs.")
+               "patch size, accuracy vs FLOPs. --mode regime: claims (b) and (d) where they "
+               "apply.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--mode", choices=["data", "patch"], default="data")
+    p.add_argument("--mode", choices=["data", "patch", "regime"], default="data", help="regime:"
+                   " (b) and (d) in their regime (a source 58-233x the target, MAE, 14 -> 28 "
+                   "px; about 2.5 h on 2 cores with --workers 2)")
     p.add_argument("--full", action="store_true", help="the committed fixed-budget run: "
                    "Fashion-MNIST 5-9 target, 0-4 source, 3 seeds (about 40 min on 2 cores)")
     p.add_argument("--converged", action="store_true", help="the converged run: the same data, "
                    "every run to convergence, 1,425 and 5,700 images, 3 seeds (hours)")
-    p.add_argument("--data", default=None,
-                   help="target data spec as for train --data (default digits)")
+    p.add_argument("--data", help="target data spec as for train --data (default digits)")
     p.add_argument("--data-root", default=None, help="where Fashion-MNIST/MNIST/CIFAR are")
     p.add_argument("--source", default=None,
                    help="pre-training data for claim (b), disjoint from the target (default: "
@@ -47,6 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a CNN of about the ViT's compute (default resnet18_w24)")
     for flag, kind, text in (
             ("fractions", float, "shares of the training split (default 0.1 0.3 1.0)"),
+            ("target-images", int, "regime: target training-set sizes (150 600)"),
             ("cnn-fractions", float, "the shares --cnn trains on when not the teacher (all)"),
             ("patch-sizes", int, "patch mode (default 2 4 8)"),
             ("img-sizes", int, "patch mode: image sizes to sweep as well")):
@@ -66,9 +69,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             ("resolution-epochs", int, "converge: claim (d)'s extra epochs (15)"),
             ("distill-tau", float, "the soft-distilled arm's temperature (3)"),
             ("steps", int, "patch mode: steps per run (200)"),
-            ("workers", int, "data mode: processes sharing the cores and the --out (1)")):
+            ("workers", int, "data mode: processes sharing the cores and the --out (1)"),
+            ("anneal-epochs", int, "converge: epochs of annealing after patience (regime: 5)"),
+            *regime.REGIME_OPTIONS):
         p.add_argument(f"--{flag}", type=kind, default=None, help=text)
-    p.add_argument("--no-resolution", action="store_true", help="skip claim (d)")
     p.add_argument("--augmentation", choices=["sweep", "light", "heavy"], default=None,
                    help="the augmented arm's level (default: sweep light and heavy)")
     p.add_argument("--budget", choices=["steps", "converge"], help="steps (default) or converge")
@@ -77,46 +81,41 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for flag, text in (("teacher", "distil from --cnn (default) or --cnn-small"),
                        ("pretrained-cnn", "the CNN claim (b) pre-trains (default --cnn)")):
         p.add_argument(f"--{flag}", choices=["cnn", "cnn-small"], default=None, help=text)
-    p.add_argument("--batch-size", type=int, default=None, help="default 64")
-    p.add_argument("--lr", type=float, default=None, help="at batch 512 (default 8e-3)")
-    p.add_argument("--device", default=None, help="auto (default), cpu or cuda")
-    p.add_argument("--out", default=None,
-                   help="default runs/study; run again with the same --out to resume")
+    for flag, kind, text in (("batch-size", int, "default 64"),
+                             ("lr", float, "at batch 512 (default 8e-3)"),
+                             ("device", str, "auto (default), cpu or cuda")):
+        p.add_argument(f"--{flag}", type=kind, default=None, help=text)
+    p.add_argument("--out", help="default runs/study; run again with the same --out to resume")
+    p.add_argument("--no-resolution", action="store_true", help="skip claim (d)")
     p.add_argument("--keep-checkpoints", action="store_true", default=None,
                    help="keep every run's weights (default: only while a later run needs them)")
 
 
 def plan_from(args: argparse.Namespace) -> StudyPlan:
+    in_regime = args.mode == "regime"
+    cls = regime.RegimePlan if in_regime else StudyPlan
     chosen = {k: (tuple(v) if isinstance(v, list) else v) for k, v in vars(args).items()
-              if v is not None and k in StudyPlan.__dataclass_fields__}
+              if v is not None and k in cls.__dataclass_fields__}
     if args.full and args.converged:
         raise ConfigError("--full and --converged are two presets; choose one")
-    preset = (plans.FULL_PLAN if args.full else plans.CONVERGED_PLAN if args.converged
-              else plans.QUICK_PLAN)
+    regime.check_regime_options(in_regime, vars(args))
+    preset = (regime.REGIME_PLAN if in_regime else plans.FULL_PLAN if args.full
+              else plans.CONVERGED_PLAN if args.converged else plans.QUICK_PLAN)
     values = {**preset, **chosen}
-    if args.data_root:
-        values["extra"] = {"data_root": args.data_root}
-    if args.no_resolution:
-        values["resolution"] = False
+    values.update({"extra": {"data_root": args.data_root}} if args.data_root else {},
+                  **({"resolution": False} if args.no_resolution else {}))
     if values.get("source") == "none":
         values["source"] = None
     elif "source" not in values:
         values["source"] = default_source(values.get("data", "digits"))
-    return StudyPlan(**values)
+    return cls(**values)
 
 
 def run(args: argparse.Namespace) -> None:
-    if args.mode == "data":
-        plan = plan_from(args)
-        study = Study(plan)
-        out = Path(plan.out)
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write(out / "plan.json",
-                     lambda tmp: tmp.write_text(json.dumps(plan_dict(plan), indent=2)))
-        workers = 1 if args.workers is None else args.workers
-        study = run_workers(plan, workers) if workers != 1 else study  # it checks < 1
-        rows = study.rows if workers != 1 else study.run()
-        files = write_data_report(rows, plan, out, getattr(study, "sweep_scores", None))
+    workers = 1 if args.workers is None else args.workers
+    if args.mode in ("regime", "data"):
+        runner = run_regime if args.mode == "regime" else run_data_study
+        files = runner(plan_from(args), workers)
     else:
         chosen = {k: (tuple(v) if isinstance(v, list) else v) for k, v in vars(args).items()
                   if v is not None and k in PatchStudyOptions.__dataclass_fields__}

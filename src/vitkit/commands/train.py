@@ -53,4 +53,9 @@ def run(args: argparse.Namespace) -> None:
     else:
         result = train(resolve(overrides, args.config), overwrite=args.overwrite)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one closing line
-        print(f"best validation top-1 {result.best_top1:.4f}; run folder {result.run_dir}")
+        if result.history and result.history[-1]["val_top1"] != result.history[-1]["val_top1"]:
+            best = min(row["val_loss"] for row in result.history)  # NaN top-1: masked images
+            print(f"best reconstruction loss {best:.4f}; encoder in "
+                  f"{result.run_dir / 'best.safetensors'}")
+        else:
+            print(f"best validation top-1 {result.best_top1:.4f}; run folder {result.run_dir}")

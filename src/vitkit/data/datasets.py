@@ -4,6 +4,12 @@ image, label) with ``classes``. ``digits``, ``fashion-mnist`` and ``mnist`` also
 of their classes (``fashion-mnist:0-4``, ``digits:5,6,7``), relabelled 0..k-1 in that order.
 Any of them takes a planted shortcut, ``SPEC+mark:CLASS`` (:mod:`vitkit.data.shortcut`).
 
+For pre-training, ``SPEC@both`` trains on both splits of SPEC (``fashion-mnist:0-4@both``: the
+35,000 images of classes 0-4), and ``SPEC@both-but:CLASSES`` on both splits except the
+validation split's images of CLASSES (``fashion-mnist@both-but:5-9``: every Fashion-MNIST
+image outside the test set of classes 5-9). Their "val" split is SPEC's, so it was trained on:
+a pre-training source only, never a data set to report a score on.
+
 Bad data does not stop a long run and is not hidden: unreadable images in an image folder are
 found before training, skipped, counted and listed in the log; an empty class or split is an
 error before training starts.
@@ -29,7 +35,7 @@ from vitkit.errors import DataError
 
 DATASETS = ("digits", "digits:CLASSES", "cluttered-digits", "fashion-boxes", "fashion-mnist",
             "fashion-mnist:CLASSES", "mnist", "mnist:CLASSES", "imagefolder:PATH", "cifar10",
-            "cifar100", "SPEC+mark:CLASS")
+            "cifar100", "SPEC+mark:CLASS", "SPEC@both", "SPEC@both-but:CLASSES")
 __all__ = ["DATASETS", "IMAGE_SUFFIXES", "DataError", "GreyImages", "Split", "load_split",
            "loose_images", "parse_classes"]
 
@@ -260,6 +266,10 @@ def load_split(spec: str, split: str, img_size: int = 32, *, size: int = 6000,
     """
     if split not in ("train", "val"):
         raise DataError(f"split must be 'train' or 'val', got {split!r}")
+    spec, at, pool = spec.partition("@")
+    if at:
+        return _pooled(spec, pool, split, img_size, size=size, val_fraction=val_fraction,
+                       seed=seed, root=root, download=download)
     spec, mark_class, mark_fraction = parse_mark(spec)
     if spec == "digits" or spec.startswith("digits:"):
         out = _digits(split, img_size, spec.split(":", 1)[1] if ":" in spec else None)
@@ -281,3 +291,24 @@ def load_split(spec: str, split: str, img_size: int = 32, *, size: int = 6000,
     if mark_class is not None and split == "train":  # the validation split stays clean
         out = plant(out, mark_class, mark_fraction, seed)
     return out
+
+
+def _pooled(spec: str, pool: str, split: str, img_size: int, **kwargs) -> Split:
+    """``SPEC@both`` / ``SPEC@both-but:CLASSES``: the training split joined by the validation
+    split (less the images of CLASSES); the validation split is SPEC's own."""
+    if pool != "both" and not pool.startswith("both-but:"):
+        raise DataError(f"{spec}@{pool}: a pooled data set is SPEC@both or "
+                        f"SPEC@both-but:CLASSES (e.g. fashion-mnist:0-4@both, "
+                        f"fashion-mnist@both-but:5-9), got @{pool}")
+    val = load_split(spec, "val", img_size, **kwargs)
+    if split == "val":
+        return val
+    but = parse_classes(spec, pool.split(":", 1)[1], len(val.classes)) if ":" in pool else []
+    train = load_split(spec, "train", img_size, **kwargs)
+    keep = [i for i, label in enumerate(val.labels) if label not in but]
+    if isinstance(train.images, GreyImages) and isinstance(val.images, GreyImages):
+        images = GreyImages(np.concatenate([train.images.pixels, val.images.pixels[keep]]))
+    else:
+        images = list(train.images) + [val.images[i] for i in keep]
+    return Split(images, train.labels + [val.labels[i] for i in keep], train.classes,
+                 train.skipped + val.skipped)

@@ -251,6 +251,8 @@ def check_learning(run: Run, ctx: dict) -> Finding | None:
     steps (not learning), near chance but falling (learning, slowly), or too early to tell."""
     raw = [r["train_loss"] for r in run.metrics if r.get("train_loss") is not None]
     classes = run.classes
+    if run.config.get("objective") == "mae":
+        return _reconstruction_learning(raw)
     if not raw or not classes or classes < 2:
         return None
     chance = math.log(classes)
@@ -307,6 +309,23 @@ def check_learning(run: Run, ctx: dict) -> Finding | None:
         "The model predicts at chance: the learning rate is far off, the labels do not "
         "match the images, or the augmentation destroys them.",
         "try --lr 10x lower and higher, --warmup-epochs 1, and no augmentation first")
+
+
+def _reconstruction_learning(losses: list) -> Finding | None:
+    """Masked-image pre-training has no chance level: is its reconstruction loss falling?"""
+    losses = _finite(losses)
+    if len(losses) < 2:
+        return None
+    first, last = losses[0], losses[-1]
+    measured = {"train_loss": last, "first_train_loss": first, "epochs": len(losses)}
+    if last < first * (1 - FALLING):
+        return Finding("run.learning", "ok", f"masked-image pre-training: the reconstruction "
+                       f"loss fell {first:.3f} -> {last:.3f}", measured)
+    return Finding("run.learning", "warning",
+                   f"masked-image pre-training: the reconstruction loss is not falling "
+                   f"({first:.3f} -> {last:.3f})", measured,
+                   "The encoder learns nothing the decoder can use to fill in the hidden "
+                   "patches.", "--lr lower or higher, a longer --warmup-epochs")
 
 
 def check_overfitting(run: Run, ctx: dict) -> Finding | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from vitkit.errors import ConfigError
+from vitkit.models.cnn import is_cnn
 from vitkit.recipe import schedule, steps_per_epoch  # noqa: F401  (moved; tests import them here)
 from vitkit.util.files import atomic_write
 
@@ -29,6 +30,10 @@ class TrainConfig:
     patch_size: int = 0  # > 0: override the ViT's patch size (from scratch only)
     init: str | None = None  # fine-tune from any checkpoint vitkit loads
     recipe: str = "plain"  # plain | deit | finetune
+    # classify: labels and cross-entropy; mae: masked-image pre-training without labels (the
+    # ViT's encoder is saved, the decoder dropped: fine-tune it with --init)
+    objective: str = "classify"
+    mask_ratio: float = 0.75  # mae: the share of patches hidden from the encoder
     data_size: int = 6000  # cluttered-digits training images
     data_fraction: float = 1.0  # train on this share of the training split (nested by seed)
     val_fraction: float = 0.2  # image folders without train/ and val/
@@ -75,6 +80,10 @@ class TrainConfig:
     # early stopping: > 0 stops once the validation loss has not improved for this many
     # evaluations (--epochs / --steps is then the maximum; best.safetensors is the lowest loss)
     patience: int = 0
+    # > 0 (with --patience): once patience runs out, train this many more epochs with the
+    # learning rate decayed from its current value to --min-lr (cosine), instead of stopping
+    # mid-schedule; best.safetensors stays the lowest validation loss of the whole run
+    anneal_epochs: int = 0
     # > 0: hold out this share of the training split (the same images for every seed and
     # --data-fraction) to pick the best epoch and stop on; the validation split is then
     # evaluated once, on the best checkpoint (result.json), and never used to choose
@@ -115,7 +124,8 @@ def field_types() -> dict[str, type]:
 # Lower bounds of numeric options (inclusive); everything else numeric may be any number >= 0.
 _AT_LEAST_ONE = ("img_size", "epochs", "batch_size", "accum_steps", "data_size", "eval_every")
 _FRACTIONS = ("data_fraction", "val_fraction", "holdout", "mix_switch_prob", "random_erasing",
-              "drop_path", "crop_scale", "distill_alpha")
+              "drop_path", "crop_scale", "distill_alpha", "mask_ratio")
+OBJECTIVES = ("classify", "mae")
 
 
 def _convert(key: str, value, kind: type, where: str):
@@ -220,6 +230,24 @@ def resolve(overrides: dict, config_file: str | os.PathLike | None = None) -> Tr
             merged["model"] = FROM_INIT
     cfg = TrainConfig(**merged)
     _check_ranges(cfg)
+    if cfg.objective not in OBJECTIVES:
+        raise ConfigError(f"--objective must be classify or mae, got {cfg.objective!r}")
+    if cfg.objective == "mae":
+        clash = [f"--{name.replace('_', '-')}" for name in ("distill", "mixup", "cutmix")
+                 if getattr(cfg, name)]
+        if clash:
+            raise ConfigError(f"--objective mae pre-trains without labels; {', '.join(clash)} "
+                              "mix or distil labels: drop them for the pre-training run")
+        if is_cnn(cfg.model):
+            raise ConfigError(f"--objective mae pre-trains a ViT; {cfg.model} is a CNN")
+        if not 0 < cfg.mask_ratio < 1:
+            raise ConfigError(f"--mask-ratio is the share of patches hidden, in (0, 1), got "
+                              f"{cfg.mask_ratio}")
+    if cfg.anneal_epochs and not cfg.patience:
+        raise ConfigError(f"--anneal-epochs {cfg.anneal_epochs} anneals once early stopping "
+                          "ends a run, and this run has no --patience: add --patience P (e.g. "
+                          "--patience 5 --anneal-epochs 5), or drop --anneal-epochs (a run "
+                          "without patience follows its cosine schedule to the end)")
     if cfg.distill not in (None, "hard", "soft"):
         raise ConfigError(f"distill must be 'hard' or 'soft', got {cfg.distill!r}")
     if cfg.distill and not cfg.teacher:

@@ -35,9 +35,11 @@ class RunLog:
         if not self.enabled:
             return
         ema = f", EMA top-1 {row['ema_top1']:.4f}" if "ema_top1" in row else ""
+        scores = (f", top-1 {row['val_top1']:.4f}, top-5 {row['val_top5']:.4f}{ema}"
+                  if row["val_top1"] == row["val_top1"]  # NaN: a masked autoencoder's run
+                  else " (the hidden patches' reconstruction)")
         self.line(f"epoch {row['epoch']}: train loss {row['train_loss']:.4f}, val loss "
-                  f"{row['val_loss']:.4f}, top-1 {row['val_top1']:.4f}, top-5 "
-                  f"{row['val_top5']:.4f}{ema} ({row['seconds']:.1f} s, "
+                  f"{row['val_loss']:.4f}{scores} ({row['seconds']:.1f} s, "
                   f"{row['images_per_s']:.0f} img/s)")
         write_csv(self.run_dir / "metrics.csv", history)
         if self._tb is None:

@@ -137,6 +137,7 @@ class StudyPlan:
     holdout: float = 0.05
     source_epochs: int = 30
     resolution_epochs: int = 15
+    anneal_epochs: int = 0  # converge: once patience runs out, anneal for this many epochs
     distill: tuple[str, ...] = ("hard",)  # the distilled arms: hard and/or soft
     distill_tau: float = 3.0  # the soft arm's temperature (DeiT's)
     teacher: str = "cnn"  # the distillation teacher: cnn (--cnn) or cnn-small (--cnn-small)
@@ -169,6 +170,8 @@ class StudyPlan:
                               f"{self.augmentation!r}")
         if self.budget not in BUDGETS:
             raise ConfigError(f"--budget must be steps or converge, got {self.budget!r}")
+        if self.anneal_epochs < 0:
+            raise ConfigError(f"--anneal-epochs must be 0 or more, got {self.anneal_epochs}")
         for name in ("patience", "max_epochs", "source_epochs", "resolution_epochs"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be 1 or more, got "
@@ -205,7 +208,7 @@ class StudyPlan:
         """A converge-budget run of at most ``epochs`` epochs, stopped on ``patience``
         (:func:`vitkit.recipe.study_converge`) or run to the end."""
         return study_converge(epochs, self.patience if patience else 0, self.holdout,
-                              self.warmup)
+                              self.warmup, self.anneal_epochs)
 
     @property
     def converging(self) -> bool:
@@ -326,9 +329,17 @@ class Study:
         except ConfigError:
             return None
 
+    def label(self, arm: str) -> str:
+        """The arm's name in progress lines."""
+        return arm_label(arm, self.plan)
+
+    def claim(self, arm: str) -> str:
+        """The claim, (a) to (d), an arm's row speaks to."""
+        return ARMS[arm][1] if arm in ARMS else ""
+
     def _progress(self, row: dict, seconds: float | None) -> None:
         self.done += 1
-        label = arm_label(row["arm"], self.plan)
+        label = self.label(row["arm"])
         what = f"[{self.done}/{self.total}] {label}, {row.get('fraction', 1):.0%}"
         if seconds is None:
             self.say(f"{what}, seed {row['seed']}: done before (top-1 {row['top1']:.4f})")
@@ -369,7 +380,7 @@ class Study:
         start = time.perf_counter()
         result = train(cfg, resume=self._interrupted(name, cfg))
         seconds = time.perf_counter() - start
-        row = dict(arm=arm, claim=ARMS[arm][1] if arm in ARMS else "", fraction=fraction,
+        row = dict(arm=arm, claim=self.claim(arm), fraction=fraction,
                    images=result.train_images, seed=seed, top1=result.history[-1]["val_top1"],
                    best_top1=result.best_top1, steps=result.history[-1]["step"],
                    img_size=cfg.img_size, model=cfg.model, seconds=round(seconds, 1))
@@ -377,7 +388,8 @@ class Study:
             o = result.outcome
             row.update(top1=o.get("test_top1", row["top1"]), steps=o["steps"],
                        epochs=o["epochs"], max_epochs=o["max_epochs"], stopped=o["stopped"],
-                       best_epoch=o["best_epoch"], train_top1=o["train_top1"])
+                       best_epoch=o["best_epoch"], train_top1=o.get("train_top1"),
+                       annealed=o.get("annealed", False), val_loss=o["best_val_loss"])
         (self.out / "results").mkdir(parents=True, exist_ok=True)
         atomic_write(self._record_path(name), lambda tmp: tmp.write_text(json.dumps(row)))
         if not needed_later and not self.plan.keep_checkpoints:
@@ -608,16 +620,18 @@ def plan_dict(plan: StudyPlan) -> dict:
     return {**asdict(plan), "budget_rule": plan.rule, "augmentation_levels": AUGMENTATION}
 
 
-def plan_from_file(path: str | Path) -> StudyPlan:
-    """The plan a study wrote to ``OUT/plan.json``."""
+def plan_from_file(path: str | Path, cls: type = StudyPlan) -> StudyPlan:
+    """The plan a study wrote to ``OUT/plan.json`` (``cls``: a StudyPlan or a subclass)."""
     stored = json.loads(Path(path).read_text())
-    return StudyPlan(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored.items()
-                        if k in StudyPlan.__dataclass_fields__})
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored.items()
+                  if k in cls.__dataclass_fields__})
 
 
-def run_workers(plan: StudyPlan, workers: int, say: Callable[[str], None] = print) -> Study:
+def run_workers(plan: StudyPlan, workers: int, say: Callable[[str], None] = print,
+                study: type = Study, module: str = "vitkit.train.study") -> Study:
     """Run the plan on ``workers`` processes that share the cores: this process is worker 0,
-    each other one a ``python -m vitkit.train.study`` on the plan in ``OUT/plan.json``. On 2
+    each other one a ``python -m MODULE`` (``study``'s own: this one for the data study) on the
+    plan in ``OUT/plan.json``. On 2
     cores two single-threaded workers train about twice the runs per hour of one process
     with two threads (a small ViT's step does not speed up with a second thread). Returns
     this process's :class:`Study` once every run of the plan has its row."""
@@ -626,10 +640,10 @@ def run_workers(plan: StudyPlan, workers: int, say: Callable[[str], None] = prin
     threads = max(1, (os.cpu_count() or 1) // workers)
     torch.set_num_threads(threads)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    children = [subprocess.Popen([sys.executable, "-m", "vitkit.train.study",
+    children = [subprocess.Popen([sys.executable, "-m", module,
                                   str(Path(plan.out) / "plan.json"), str(k), str(workers)],
                                  env=env) for k in range(1, workers)]
-    study = Study(plan, say=lambda text: say(f"worker 0: {text}"), worker=(0, workers))
+    study = study(plan, say=lambda text: say(f"worker 0: {text}"), worker=(0, workers))
     try:
         study.run()
     finally:

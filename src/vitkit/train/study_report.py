@@ -4,6 +4,7 @@ data study and ``patch_study.*`` for the patch-size study."""
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import textwrap
@@ -15,7 +16,7 @@ from vitkit.models.cost import flops_per_image
 from vitkit.models.registry import create_model
 from vitkit.train.patch_study import PatchStudyOptions
 from vitkit.train.runlog import write_csv
-from vitkit.train.study import ARMS, StudyPlan, arm_label
+from vitkit.train.study import ARMS, Study, StudyPlan, arm_label, plan_dict, run_workers
 from vitkit.util.files import atomic_write
 from vitkit.viz.plot import save, subplots
 
@@ -254,6 +255,19 @@ def write_data_report(rows: list[dict], plan: StudyPlan, out: Path,
     lines += ["", "![the study](study.png)", ""]
     atomic_write(out / "study.md", lambda tmp: tmp.write_text("\n".join(lines)))
     return {"csv": out / "study.csv", "md": out / "study.md", "png": out / "study.png"}
+
+
+def run_data_study(plan: StudyPlan, workers: int = 1) -> dict[str, Path]:
+    """Run the data study's plan (resuming what ``plan.out`` holds) on ``workers`` processes,
+    then write its report; the files written."""
+    study = Study(plan)
+    out = Path(plan.out)
+    out.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(plan_dict(plan), indent=2)
+    atomic_write(out / "plan.json", lambda tmp: tmp.write_text(text))
+    study = run_workers(plan, workers) if workers != 1 else study  # it checks < 1
+    rows = study.rows if workers != 1 else study.run()
+    return write_data_report(rows, plan, out, getattr(study, "sweep_scores", None))
 
 
 def write_patch_report(rows: list[dict], opts: PatchStudyOptions, out: Path) -> dict[str, Path]:

@@ -34,6 +34,7 @@ from vitkit.data.transforms import Transformed, eval_transform, sample_seed, tra
 from vitkit.diagnose import diagnose_run, start_of_run, to_json
 from vitkit.errors import ConfigError, VitkitError
 from vitkit.models.cnn import create_cnn, is_cnn
+from vitkit.models.mae import MaskedAutoencoder
 from vitkit.models.registry import build_config, create_model
 from vitkit.recipe import cosine_lr, plan_run
 from vitkit.train import config as config_io
@@ -85,7 +86,15 @@ def build_model(cfg: TrainConfig, num_classes: int, class_names: list[str]) -> n
                              drop_path_rate=cfg.drop_path, distilled=bool(cfg.distill), **patch)
     model.cfg.extra.update(class_names=list(class_names), mean=list(cfg.mean),
                            std=list(cfg.std))
+    if cfg.objective == "mae":  # trained inside its autoencoder; saved alone (_saved)
+        return MaskedAutoencoder(model, cfg.mask_ratio)
     return model
+
+
+def _saved(model: nn.Module) -> nn.Module:
+    """What a checkpoint holds: the model, or the encoder of a masked autoencoder (its decoder
+    is for pre-training only)."""
+    return model.encoder if isinstance(model, MaskedAutoencoder) else model
 
 
 def _check_init_matches(cfg: TrainConfig, model: nn.Module) -> None:
@@ -177,8 +186,11 @@ def _mixer(cfg: TrainConfig, num_classes: int):
 # ----------------------------------------------------------------------------- evaluation
 @torch.no_grad()
 def evaluate(model: nn.Module, loader, device, num_classes: int) -> dict:
-    """Loss, top-1, top-5 and a confusion matrix over ``loader``, summed over processes."""
+    """Loss, top-1, top-5 and a confusion matrix over ``loader``, summed over processes; for a
+    masked autoencoder the reconstruction loss, and no top-1 (NaN)."""
     model.eval()
+    if isinstance(model, MaskedAutoencoder):
+        return _evaluate_reconstruction(model, loader, device)
     loss = torch.zeros((), device=device, dtype=torch.float64)
     top1 = torch.zeros((), device=device, dtype=torch.float64)
     top5 = torch.zeros((), device=device, dtype=torch.float64)
@@ -198,6 +210,22 @@ def evaluate(model: nn.Module, loader, device, num_classes: int) -> dict:
     per_class = confusion.diagonal() / confusion.sum(1).clamp_min(1)
     return {"loss": (loss / n).item(), "top1": (top1 / n).item(), "top5": (top5 / n).item(),
             "per_class": per_class.tolist(), "confusion": confusion.long().cpu()}
+
+
+@torch.no_grad()
+def _evaluate_reconstruction(model: MaskedAutoencoder, loader, device) -> dict:
+    """The mean masked-patch error over ``loader`` (the eval masks: a fixed seed)."""
+    total = torch.zeros((), device=device, dtype=torch.float64)
+    count = torch.zeros((), device=device, dtype=torch.float64)
+    for x, _ in loader:
+        x = x.to(device)
+        total += model(x).double() * len(x)
+        count += len(x)
+    for t in (total, count):
+        distributed.all_reduce_sum(t)
+    nan = float("nan")
+    return {"loss": (total / count.clamp_min(1)).item(), "top1": nan, "top5": nan,
+            "per_class": [], "confusion": torch.zeros(0, 0, dtype=torch.long)}
 
 
 def _val_loader(split, cfg: TrainConfig, ctx) -> DataLoader:
@@ -429,13 +457,15 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
         base_lr=plan.lr, steps_per_epoch=plan.steps_per_epoch, epochs=plan.epochs,
         total=plan.total_steps, warmup=plan.warmup_steps,
         show=(sys.stderr.isatty() if progress is None else progress) and ctx.main,
-        progress=resume_io.Progress(run_dir, ctx.main), stop=EarlyStop(cfg.patience),
+        progress=resume_io.Progress(run_dir, ctx.main),
+        stop=EarlyStop(cfg.patience, anneal_epochs=cfg.anneal_epochs),
     )
     if state is not None:
         run.step, run.best, run.history = state["step"], state["best"], state["history"]
         run.start_epoch, run.done_in_epoch = state["epoch"], state["step_in_epoch"]
         run.epoch_loss_sum = state.get("epoch_loss_sum", 0.0)
-        run.stop = EarlyStop.from_state(state.get("early_stop"), cfg.patience)
+        run.stop = EarlyStop.from_state(state.get("early_stop"), cfg.patience,
+                                        cfg.anneal_epochs)
         torch.set_rng_state(state["rng"])
         reached = run.progress.last()
         again = (f"; the {reached - run.step} steps run after it (to step {reached}) are done "
@@ -449,6 +479,8 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
 def _loss(run: _Run, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """The training loss of one micro-batch: cross-entropy, or DeiT's distillation loss."""
     cfg = run.cfg
+    if cfg.objective == "mae":  # the masked autoencoder's own loss; no labels
+        return run.forward(x)
     if run.teacher is None:
         return F.cross_entropy(run.forward(x).float(), target,
                                label_smoothing=cfg.label_smoothing)
@@ -469,13 +501,16 @@ def _train_epoch(run: _Run, epoch: int, guard=None) -> _EpochStats:
     batches = batches[run.done_in_epoch * cfg.accum_steps:]
     it = iter(DataLoader(run.train_ds, batch_sampler=batches, num_workers=cfg.workers))
     run.net.train()
-    last = min(run.steps_per_epoch, run.total - epoch * run.steps_per_epoch)  # a step budget
+    annealing = run.stop.annealing
+    last = run.steps_per_epoch if annealing else \
+        min(run.steps_per_epoch, run.total - epoch * run.steps_per_epoch)  # a step budget
     bar = tqdm(range(run.done_in_epoch, last), disable=not run.show, leave=False,
-               desc=f"epoch {epoch + 1}/{run.epochs}")
+               desc=f"epoch {epoch + 1}/{_last_epoch(run)}" + (" (annealing)" if annealing
+                                                               else ""))
     # a resumed epoch starts from the losses of its steps before the interruption
     stats = _EpochStats(run.epoch_loss_sum, last, 0, time.perf_counter(), 0.0)
     for in_epoch in bar:
-        lr = cosine_lr(run.step, run.total, run.warmup, run.base_lr, cfg.min_lr)
+        lr = _lr(run)
         for group in run.opt.param_groups:
             group["lr"] = lr * group.get("lr_scale", 1.0)
         torch.manual_seed(sample_seed(cfg.seed + 1, epoch, run.step))  # dropout, mixing
@@ -519,6 +554,20 @@ def _train_epoch(run: _Run, epoch: int, guard=None) -> _EpochStats:
     return stats
 
 
+def _lr(run: _Run) -> float:
+    """The learning rate of the next step: the run's cosine schedule, or the annealing after
+    early stopping (:class:`EarlyStop`'s)."""
+    if run.stop.annealing:
+        return run.stop.lr(run.step, run.steps_per_epoch, run.cfg.min_lr)
+    return cosine_lr(run.step, run.total, run.warmup, run.base_lr, run.cfg.min_lr)
+
+
+def _last_epoch(run: _Run) -> int:
+    """The epoch the run ends after: its maximum, or the last annealing epoch."""
+    stop = run.stop
+    return stop.anneal_from + stop.anneal_epochs if stop.annealing else run.epochs
+
+
 def _asked_to_stop(run: _Run, guard) -> bool:
     """Whether Ctrl-C was pressed (on any process: they stop at the same step)."""
     asked = guard is not None and guard.asked
@@ -548,28 +597,42 @@ def _evaluate_and_save(run: _Run, epoch: int, stats: _EpochStats) -> None:
     if run.ema is not None:
         row["ema_top1"] = evaluate(run.ema, run.val_loader, ctx.device, run.num_classes)["top1"]
     run.history.append(row)
-    score = max(row["val_top1"], row.get("ema_top1", -1.0))
+    # the score that picks best.safetensors without patience; -loss for a masked autoencoder
+    score = -row["val_loss"] if run.cfg.objective == "mae" else \
+        max(row["val_top1"], row.get("ema_top1", -1.0))
+    was_stopped = run.stop.stopped
     lowest = run.stop.update(row["val_loss"], epoch + 1)
+    stops_now = run.stop.stopped and not was_stopped
+    anneals = stops_now and run.stop.anneal_epochs > 0 and epoch + 1 < run.epochs
+    if anneals:
+        run.stop.begin_anneal(epoch + 1, run.step, _lr(run))
     # with early stopping the best checkpoint is the lowest validation loss (what it stops on)
     better = lowest if run.cfg.patience else score > run.best
-    if run.cfg.patience and lowest:
+    if run.cfg.patience and lowest and run.cfg.objective != "mae":
         score = row["val_top1"]
     if ctx.main:
         ema_better = run.ema is not None and row.get("ema_top1", -1) > row["val_top1"]
-        save_model(run.raw, run.run_dir / "last.safetensors")
+        save_model(_saved(run.raw), run.run_dir / "last.safetensors")
         if better:
-            save_model(run.ema if ema_better and not run.cfg.patience else run.raw,
+            save_model(_saved(run.ema if ema_better and not run.cfg.patience else run.raw),
                        run.run_dir / "best.safetensors")
         best = (score if better else run.best) if run.cfg.patience else max(run.best, score)
         _save_state(run.run_dir / "state.pt", run.raw, run.opt, run.ema, dict(
             step=run.step, epoch=epoch + 1, step_in_epoch=0, best=best,
             history=run.history, early_stop=run.stop.state()), run.cfg)
         run.log.epoch(row, run.history)
-        if run.stop.stopped:
+        if stops_now:
+            then = (f"; annealing: {run.stop.anneal_epochs} more epochs with the learning rate "
+                    f"decayed from {run.stop.anneal_lr:.3g} to {run.cfg.min_lr:g}") if anneals \
+                else ""
             run.log.line(f"early stop after epoch {epoch + 1}: the validation loss has not "
                          f"improved for {run.cfg.patience} evaluations; the best is epoch "
                          f"{run.stop.best_epoch} (loss {run.stop.best_loss:.4f}), kept in "
-                         "best.safetensors")
+                         f"best.safetensors{then}")
+        elif run.stop.annealing and epoch + 1 == _last_epoch(run):
+            run.log.line(f"annealed for {run.stop.anneal_epochs} epochs: the best validation "
+                         f"loss went from {run.stop.best_before_anneal:.4f} to "
+                         f"{run.stop.best_loss:.4f} (epoch {run.stop.best_epoch})")
     if run.cfg.patience:
         run.best = score if better else run.best
     else:
@@ -579,8 +642,9 @@ def _evaluate_and_save(run: _Run, epoch: int, stats: _EpochStats) -> None:
 def _train(cfg: TrainConfig | None, resume, ctx, progress) -> RunResult:
     run = _setup(cfg, resume, ctx, progress)
     with resume_io.InterruptGuard() as guard:
-        for epoch in range(run.start_epoch, run.epochs):
-            if run.stop.stopped:  # early stopping ended it (a resume after the stop)
+        epoch = run.start_epoch
+        while epoch < _last_epoch(run):  # annealing moves the end
+            if run.stop.finished(epoch):  # early stopping ended it (a resume after the end)
                 break
             try:
                 stats = _train_epoch(run, epoch, guard)
@@ -589,11 +653,12 @@ def _train(cfg: TrainConfig | None, resume, ctx, progress) -> RunResult:
                 run.log.close()
                 raise
             stop = _asked_to_stop(run, guard)
-            if (epoch + 1) % max(1, run.cfg.eval_every) and epoch + 1 < run.epochs \
-                    and not stop:
+            epoch += 1  # epochs done
+            if epoch % max(1, run.cfg.eval_every) and epoch < _last_epoch(run) \
+                    and not run.stop.annealing and not stop:
                 continue  # not an evaluation epoch (the logged train loss is the eval epoch's)
-            _evaluate_and_save(run, epoch, stats)
-            if stop and epoch + 1 < run.epochs and not run.stop.stopped:
+            _evaluate_and_save(run, epoch - 1, stats)
+            if stop and epoch < _last_epoch(run) and not run.stop.finished(epoch):
                 _stopped(run)
     outcome = _outcome(run) if run.cfg.patience or run.cfg.holdout else None
     if ctx.main:
@@ -608,14 +673,29 @@ def _outcome(run: _Run) -> dict:
     images (the train/validation gap), in result.json."""
     ctx, cfg = run.ctx, run.cfg
     distributed.barrier()  # the main process has written best.safetensors
-    best = load_model(run.run_dir / "best.safetensors", verbose=False).to(ctx.device)
+    mae = cfg.objective == "mae"
     chosen = run.stop.best_epoch if cfg.patience else max(  # best.safetensors' epoch
-        run.history, key=lambda r: max(r["val_top1"], r.get("ema_top1", -1.0)))["epoch"]
+        run.history, key=lambda r: -r["val_loss"] if mae else
+        max(r["val_top1"], r.get("ema_top1", -1.0)))["epoch"]
     out = dict(stopped="patience" if run.stop.stopped else "maximum" if cfg.patience
                else "budget", epochs=run.history[-1]["epoch"] if run.history else 0,
                max_epochs=run.epochs, steps=run.step, best_epoch=chosen,
                best_val_loss=next(r["val_loss"] for r in run.history if r["epoch"] == chosen),
-               patience=cfg.patience, holdout=cfg.holdout)
+               patience=cfg.patience, holdout=cfg.holdout, anneal_epochs=cfg.anneal_epochs,
+               annealed=run.stop.annealing)
+    if run.stop.annealing:  # where annealing began, and what it did to the best
+        out.update(anneal_from_epoch=run.stop.anneal_from, anneal_from_lr=run.stop.anneal_lr,
+                   best_val_loss_before_anneal=run.stop.best_before_anneal)
+    if mae:  # an encoder without a trained head: its numbers are the reconstruction's
+        out["objective"] = "mae"
+        if ctx.main:
+            text = json.dumps(out, indent=2) + "\n"
+            atomic_write(run.run_dir / "result.json", lambda tmp: tmp.write_text(text))
+            run.log.line(f"masked-image pre-training ended after {out['epochs']} epochs; best "
+                         f"epoch {chosen}: reconstruction loss {out['best_val_loss']:.4f} on "
+                         "the held-out images; best.safetensors is its encoder")
+        return out
+    best = load_model(run.run_dir / "best.safetensors", verbose=False).to(ctx.device)
     split = run.test_split
     if split is not None:
         test = evaluate(best, _val_loader(split, cfg, ctx), ctx.device, run.num_classes)

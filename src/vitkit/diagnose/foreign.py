@@ -31,6 +31,9 @@ from vitkit.errors import DataError
 TIMM_LR_BASE, TIMM_LR_BASE_SIZE = 0.1, 256
 
 
+TIMM_CROP_SCALE = 0.08  # train.py's RandomResizedCrop scale (0.08, 1.0) unless --scale says
+
+
 def kind(folder: Path) -> str | None:
     """"vitkit", "timm" or "hf" for a run folder of that program, else None."""
     if (folder / "config.yaml").is_file():
@@ -89,6 +92,10 @@ def read_timm(folder: Path):
         "epochs": args.get("epochs"), "clip_grad": args.get("clip_grad"),
         "mixup": args.get("mixup"), "cutmix": args.get("cutmix"),
         "randaugment": 9 if str(args.get("aa") or "").startswith("rand") else 0,
+        # what raises the training loss (the learning check reads them): timm's names
+        "label_smoothing": args.get("smoothing"), "drop_path": args.get("drop_path"),
+        "random_erasing": args.get("reprob"),
+        "crop_scale": (args.get("scale") or [TIMM_CROP_SCALE])[0],
         "init": args.get("initial_checkpoint") or None,
         "pretrained": bool(args.get("pretrained")),
     }

@@ -50,6 +50,19 @@ MIN_EPOCHS = 20
 # is learning, slowly; a loss 5% above chance is worse than a constant guess: diverging.
 FALLING = 0.01
 TOP1_RISE = 0.05
+# A validation top-1 this far above chance (1 / classes), or a validation loss NOT_LEARNING
+# below ln(classes), says the model learns, whatever the training loss says: under label
+# smoothing, stochastic depth, MixUp/CutMix and strong crops the training loss is not measured
+# on the images the model is judged on, and its floor is raised (Szegedy et al. 2016 for
+# smoothing; Zhang et al. 2018 for MixUp).
+VAL_TOP1_ABOVE_CHANCE = 0.10
+# What raises a training loss above the same model's loss on clean images (vitkit's names;
+# the timm reader maps timm's to them), with its neutral value
+AUGMENTATION = {"label_smoothing": ("label smoothing", 0.0),
+                "drop_path": ("stochastic depth", 0.0), "mixup": ("MixUp", 0.0),
+                "cutmix": ("CutMix", 0.0), "randaugment": ("RandAugment", 0.0),
+                "random_erasing": ("random erasing", 0.0), "crop_scale": ("crop scale", 1.0),
+                "hflip": ("horizontal flips", 0.0)}
 # Overfitting: a relative train/validation loss gap above 10% while the validation loss rises
 # 10% from its best (early stopping's signal, Prechelt 1998 "Early Stopping - But When?"), or
 # a validation loss that stays MEMORISED x above a train loss already MEMORISED_NATS below it
@@ -246,9 +259,48 @@ def _finite(values) -> list[float]:
     return [v for v in values if v is not None and math.isfinite(v)]
 
 
+def augmentation(config: dict) -> dict[str, float]:
+    """The options of ``config`` that raise the training loss (label smoothing, stochastic
+    depth, MixUp/CutMix, RandAugment, random erasing, a crop scale below 1), with their values."""
+    out = {}
+    for key, (_, neutral) in AUGMENTATION.items():
+        raw = config.get(key)
+        value = float(raw) if isinstance(raw, bool) else \
+            _float(str(raw)) if raw is not None else None
+        if value is not None and value != neutral:
+            out[key] = value
+    return out
+
+
+def _augmentation_words(used: dict[str, float]) -> str:
+    return ", ".join(AUGMENTATION[k][0] if k == "hflip" else f"{AUGMENTATION[k][0]} {v:g}"
+                     for k, v in used.items())
+
+
+def _validation_says(run: Run, classes: int) -> tuple[bool, bool]:
+    """(good, bad): the last evaluation clearly learns (top-1 VAL_TOP1_ABOVE_CHANCE above
+    chance, or the loss below it), or is worse than chance (the loss above it, top-1 not)."""
+    chance = math.log(classes)
+    rows = [r for r in run.metrics if r.get("val_loss") is not None
+            and math.isfinite(r["val_loss"])]
+    if not rows:
+        return False, False
+    last = rows[-1]
+    top1 = last.get("val_top1")
+    top1 = top1 / 100 if top1 is not None and top1 > 1 else top1  # timm's percent
+    good = last["val_loss"] < chance * (1 - NOT_LEARNING) or (
+        top1 is not None and top1 >= 1 / classes + VAL_TOP1_ABOVE_CHANCE)
+    return good, last["val_loss"] > chance * (1 + NOT_LEARNING) and not good
+
+
 def check_learning(run: Run, ctx: dict) -> Finding | None:
     """Is the loss going anywhere? Above chance (diverging), flat at chance after MIN_STEPS
-    steps (not learning), near chance but falling (learning, slowly), or too early to tell."""
+    steps (not learning), near chance but falling (learning, slowly), or too early to tell.
+
+    Validation decides where it exists: a training loss above chance with a good validation is
+    a warning that the two disagree (strong augmentation), never "diverging"; a validation
+    loss above chance is diverging whatever the training loss says, and a training loss above
+    chance is diverging where validation does not contradict it."""
     raw = [r["train_loss"] for r in run.metrics if r.get("train_loss") is not None]
     classes = run.classes
     if run.config.get("objective") == "mae":
@@ -269,19 +321,64 @@ def check_learning(run: Run, ctx: dict) -> Finding | None:
                 "epochs": len(losses), "steps": steps if steps is not None else "?"}
     if top1:
         measured["val_top1"] = top1[-1]
-    if last > chance * (1 + NOT_LEARNING) or (val and val[-1] > chance * (1 + NOT_LEARNING)):
-        worse = max(last, val[-1] if val else last)
+    if val:
+        measured["val_loss"] = val[-1]
+    used = augmentation(run.config)
+    if used:
+        measured["augmentation"] = _augmentation_words(used)
+    good, bad = _validation_says(run, classes)
+    above = last > chance * (1 + NOT_LEARNING)
+    diverging = Finding(
+        "run.learning", "error",
+        f"diverging: the {'validation ' if bad else ''}loss "
+        f"{val[-1] if bad else last:.3f} is above chance, ln({classes}) = {chance:.3f}"
+        + (f", the training loss having started at {first:.3f}" if len(losses) > 1 else "")
+        + (f"; validation is no better (loss {val[-1]:.3f}"
+           + (f", top-1 {top1[-1]:.3f}" if top1 else "") + ")" if val and not bad else ""),
+        measured,
+        "A loss above what a constant guess scores means confident wrong predictions: the "
+        "updates are too large (a learning rate far too high, no warmup) or the labels do "
+        "not match the images.",
+        "--lr 10x lower with --warmup-epochs 5 and --clip-grad 1.0; check the labels")
+    if bad:
+        return diverging
+    if above and good:  # the two disagree, and the validation decides: it learns
+        what = (f"the augmentation is strong for this data ({_augmentation_words(used)})"
+                if used else "nothing in the recipe raises the training loss, so the "
+                "training images or labels are not the ones validated")
         return Finding(
-            "run.learning", "error",
-            f"diverging: the loss {worse:.3f} is above chance, ln({classes}) = {chance:.3f}"
-            + (f", having started at {first:.3f}" if len(losses) > 1 else ""), measured,
-            "A loss above what a constant guess scores means confident wrong predictions: the "
-            "updates are too large (a learning rate far too high, no warmup) or the labels do "
-            "not match the images.",
-            "--lr 10x lower with --warmup-epochs 5 and --clip-grad 1.0; check the labels")
-    if abs(last - chance) > NOT_LEARNING * chance:
+            "run.learning", "warning",
+            f"the training loss {last:.3f} sits above chance, ln({classes}) = {chance:.3f}, "
+            f"while validation is good (loss {val[-1]:.3f}"
+            + (f", top-1 {top1[-1]:.3f}" if top1 else "") + f"): {what}", measured,
+            "The model learns: validation, measured on clean images, says so. The training "
+            "loss is measured on augmented images and smoothed or mixed labels, and here those "
+            "are hard enough to hold it above what a constant guess scores.",
+            "check the crop scale (--crop-scale 0.5 or more keeps the object in view) and the "
+            "flips (--no-hflip for digits and text), and lighten what the data cannot take"
+            if used else
+            "check that the training split's images and labels match the validation split's")
+    if above and used and not val:
+        return Finding(
+            "run.learning", "warning",
+            f"cannot tell: the training loss {last:.3f} is above chance, ln({classes}) = "
+            f"{chance:.3f}, which {_augmentation_words(used)} can cause, and no validation "
+            "numbers say whether the model learns", measured,
+            "Under strong augmentation the training loss does not measure the model on the "
+            "images it is judged on; only a validation split can decide.",
+            "evaluate on a validation split (vitkit train does every epoch; --holdout 0.05 "
+            "keeps one out of the training images)")
+    if above:  # validation, where there is one, does not contradict it: at chance or worse
+        return diverging
+    if abs(last - chance) > NOT_LEARNING * chance and not above:
         return Finding("run.learning", "ok", f"learning: train loss {first:.3f} -> {last:.3f} "
                        f"(chance {chance:.3f})", measured)
+    if good:  # the training loss near chance, the validation clearly above it: it learns
+        return Finding("run.learning", "ok",
+                       f"learning, by validation (loss {val[-1]:.3f}"
+                       + (f", top-1 {top1[-1]:.3f}" if top1 else "")
+                       + f"); the training loss {last:.3f} stays near chance"
+                       + (f" under {_augmentation_words(used)}" if used else ""), measured)
     # progress below chance: a loss that fell from far above chance back to it has not learned
     falling = min(first, chance) - last >= FALLING * chance or (
         len(top1) > 1 and top1[-1] - top1[0] >= TOP1_RISE)

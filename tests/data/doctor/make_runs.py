@@ -36,6 +36,18 @@ RUNS = {
     # 5% of the digits (72 images), 150 epochs, no augmentation: memorises them
     "overfitting": dict(img_size=16, epochs=150, data_fraction=0.05, lr=4e-3,
                         warmup_epochs=5, weight_decay=0.01),
+    # `vitkit demo`'s recipe on cluttered digits (lr 8e-3, label smoothing 0.1, 375 steps):
+    # a good model whose LayerNorms barely move; its checkpoint is demo-recipe.safetensors
+    "demo-recipe": dict(data="cluttered-digits", data_size=3000, img_size=32, steps=375,
+                        lr=8e-3, label_smoothing=0.1, warmup_epochs=0.5),
+    # fine-tuning it with --recipe finetune (label smoothing, drop path, crop 0.5, flips) at
+    # lr 1e-4 for 20 steps: validation good, the training loss above chance
+    "finetune": dict(init=str(HERE / "demo-recipe.safetensors"), data="cluttered-digits",
+                     data_size=3000, img_size=32, recipe="finetune", lr=1e-4, steps=20),
+    # the same at lr 0.5: the validation loss above chance, top-1 at chance
+    "finetune-diverging": dict(init=str(HERE / "demo-recipe.safetensors"),
+                               data="cluttered-digits", data_size=3000, img_size=32,
+                               recipe="finetune", lr=0.5, steps=20),
 }
 
 
@@ -52,10 +64,13 @@ def make(name: str, options: dict) -> None:
         dst.mkdir()
         for f in KEPT:
             if (run / f).exists():
-                text = (run / f).read_text().replace(tmp, "runs")
+                text = (run / f).read_text().replace(tmp, "runs").replace(
+                    str(HERE), "tests/data/doctor")
                 (dst / f).write_text(text)
         if name == "healthy":
             shutil.copy(run / "last.safetensors", HERE / "trained.safetensors")
+        if name == "demo-recipe":
+            shutil.copy(run / "last.safetensors", HERE / "demo-recipe.safetensors")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,24 @@ from vitkit import VisionTransformer
 
 from peers import perturb
 
+
+def fashion_mnist_installed() -> bool:
+    """Whether Fashion-MNIST's IDX files are on this machine (Debian's dataset-fashion-mnist,
+    or ./data): the tests that read it skip without them, and say how to get them."""
+    from vitkit.data.idx import find_idx_folder
+    from vitkit.errors import DataError
+
+    try:
+        find_idx_folder("fashion-mnist", "data")
+    except DataError:
+        return False
+    return True
+
+
+needs_fashion_mnist = pytest.mark.skipif(
+    not fashion_mnist_installed(),
+    reason="needs Fashion-MNIST: sudo apt-get install dataset-fashion-mnist (.ci/run does)")
+
 # Shared 2-core machines are noisy: a deadline would turn load into failures.
 settings.register_profile("vitkit", deadline=None, max_examples=60, derandomize=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "vitkit"))

@@ -108,6 +108,10 @@ def ws(tmp_path_factory):
     run = train(resolve(dict(data="digits", img_size=16, model="vit_nano_patch4_32",
                              steps=4, batch_size=32, out=str(w / "runs"), name="run",
                              checkpoint_every=2)), progress=False)
+    np.save(w / "strings_maps.npy", np.array([["a", "b"], ["c", "d"]]))
+    (w / "binary-config").mkdir()  # a run folder whose config.yaml is not text
+    (w / "binary-config" / "config.yaml").write_bytes(b"\x89\xff\x00model: vit\xfe")
+    (w / "binary-config" / "metrics.csv").write_text("epoch,step,train_loss\n1,10,2.0\n")
     damaged = w / "runs" / "damaged"
     damaged.mkdir()
     for f in ("config.yaml", "last.safetensors", "best.safetensors"):
@@ -120,6 +124,13 @@ def ws(tmp_path_factory):
 def safe_open_metadata(path: Path) -> dict:
     with safe_open(str(path), "pt") as f:
         return f.metadata()
+
+
+def _disk_full(monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("vitkit.viz.attention._publish", full)
 
 
 def _offline(monkeypatch):
@@ -425,6 +436,12 @@ CASES = [
     ("eval {ws}/vit.safetensors --data imagefolder:{ws}/missing", "missing does not exist",
      None),
     ("eval {ws}/vit.safetensors --data digits:0-2 --out {ws}/a-file", "a-file", None),
+    # --- the four messages of the last probe: each says what it is
+    ("doctor {ws}/strings_maps.npy", "it holds <U1 values, not numbers", None),
+    ("doctor {ws}/binary-config", "binary-config/config.yaml is not text", None),
+    ("attention {ws}/good/china.jpg --checkpoint {ws}/vit.safetensors --out {ws}/att-full",
+     "results could be written (No space left on device, writing to {ws}/att-full); the "
+     "images were read", _disk_full),
     # --- doctor: its inputs read with messages of its own
     ("doctor {ws}/vit.safetensors --img-size abc", "expected a size like 384", None),
     ("doctor {ws}/random.npz", "it is not a complete .npz archive", None),
@@ -498,9 +515,29 @@ def test_attention_goes_on_after_a_bad_image(ws, tmp_path, capsys):
 
 
 def test_the_doctor_reads_a_metrics_file_with_rows_longer_than_its_header(ws, capsys):
-    """Extra cells are ignored (a hand-edited or concatenated file), not a traceback."""
+    """Extra cells are ignored (a hand-edited or concatenated file), not a traceback, and the
+    doctor says which rows are ragged."""
     assert main(["doctor", str(ws / "long-rows")]) == 0
-    assert "Traceback" not in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "metrics.csv: the header has 3 columns but line 2 (5 cells)" in err
+
+
+def test_a_bug_inside_vitkit_is_a_traceback_and_exit_1(monkeypatch, capsys):
+    """A ValueError vitkit did not mean for the user (a failed unpacking) is a bug: its
+    traceback, one line saying so, exit code 1; a user's mistake stays a message, exit 2."""
+    def broken(*args, **kwargs):
+        a, b, c = (1, 2)  # noqa: F841  the planted bug: not enough values to unpack
+
+    monkeypatch.setattr("vitkit.commands.info.summary", broken)
+    assert main(["info", "vit_nano_patch4_32"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "not enough values to unpack" in err
+    assert "this is a bug in vitkit" in err and "error:" not in err
+    monkeypatch.undo()
+    assert main(["info", "vit_nope"]) == 2  # the user's mistake, as before
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "vitkit info: error:" in err
 
 
 def test_a_yaml_number_read_as_text_is_converted(tmp_path):

@@ -1,10 +1,14 @@
 """Built-in data and image reading."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import needs_fashion_mnist
 from PIL import Image
 
 from vitkit.data import cluttered_digits, digits_split
@@ -110,6 +114,7 @@ def test_eval_predict_and_attention_see_the_same_pixels(tmp_path):
     assert picture.shape == (48, 48, 3)
 
 
+@needs_fashion_mnist
 def test_fashion_boxes_put_the_item_in_its_box_and_distractors_outside():
     from vitkit.data.boxed import boxed_fashion
     from vitkit.data.idx import load_idx
@@ -133,6 +138,7 @@ def test_fashion_boxes_put_the_item_in_its_box_and_distractors_outside():
     assert d.classes == list(names)
 
 
+@needs_fashion_mnist
 def test_fashion_boxes_is_a_data_spec_with_boxes():
     split = load_split("fashion-boxes", "val", 64, size=1000)
     assert len(split) == 200 and split.boxes.shape == (200, 4)
@@ -182,3 +188,20 @@ def test_pooled_splits_join_the_validation_images_for_pre_training():
         load_split("digits@all", "train", 8)
     with pytest.raises(DataError, match="digits:CLASSES takes class numbers 0-9"):
         load_split("digits@both-but:12", "train", 8)
+
+
+def test_without_fashion_mnist_its_tests_skip_and_say_why(tmp_path):
+    """A fresh machine without Debian's dataset-fashion-mnist: the tests that read it skip with
+    the reason (the package hidden by a plugin that points vitkit at an empty folder)."""
+    plugin = tmp_path / "hide_fashion.py"
+    plugin.write_text("from pathlib import Path\nimport vitkit.data.idx as idx\n"
+                      "idx.DEBIAN_FASHION_MNIST = Path('/nonexistent/fashion-mnist')\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "hide_fashion", "-p",
+         "no:cacheprovider", str(Path(__file__)), "-k", "fashion_boxes"],
+        capture_output=True, text=True, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(tmp_path), str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "2 skipped" in done.stdout and "apt-get install dataset-fashion-mnist" in done.stdout
+    assert "failed" not in done.stdout

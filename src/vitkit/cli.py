@@ -12,6 +12,7 @@ import traceback
 
 import vitkit
 from vitkit import commands
+from vitkit.errors import VitkitError
 
 
 class _StderrHandler(logging.Handler):
@@ -56,6 +57,7 @@ def describe_os_error(err: OSError) -> str:
 
 WEB_MODULES = ("fastapi", "uvicorn", "starlette", "multipart", "python_multipart")
 MISSING: dict[str, ImportError] = {}  # commands whose optional dependencies are not installed
+PARSERS: dict[str, argparse.ArgumentParser] = {}  # each command's own parser
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -68,6 +70,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"vitkit {vitkit.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     MISSING.clear()
+    PARSERS.clear()
     for name in commands.COMMANDS:
         if only is not None and name != only:
             sub.add_parser(name)
@@ -81,6 +84,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.DESCRIPTION)
         module.add_arguments(p)
         p.set_defaults(run=module.run)
+        PARSERS[module.NAME] = p
     return parser
 
 
@@ -94,14 +98,18 @@ def main(argv: list[str] | None = None) -> int:
               f"installed; install the extras from vitkit's folder with: "
               f"pip install '.[{extra}]'", file=sys.stderr)
         return 2
-    args = parser.parse_args(argv)
+    if argv and argv[0] in PARSERS:  # files before or after the options, as the user types
+        args = PARSERS[argv[0]].parse_intermixed_args(argv[1:])
+        args.command = argv[0]
+    else:
+        args = parser.parse_args(argv)
     setup_logging()
     for stream in (sys.stdout, sys.stderr):  # file names that are not UTF-8 still print
         with contextlib.suppress(AttributeError, ValueError):
             stream.reconfigure(errors="backslashreplace")
     try:
         return args.run(args) or 0
-    except ValueError as err:  # bad input from the user (VitkitError and the like)
+    except VitkitError as err:  # bad input from the user: vitkit's own errors only
         print(f"vitkit {args.command}: error: {err}", file=sys.stderr)
     except OSError as err:  # the user's files and disks: missing, not writable, full
         print(f"vitkit {args.command}: error: {describe_os_error(err)}", file=sys.stderr)

@@ -2,7 +2,10 @@
 or disk condition. Each message says what was expected, what was found and what to do; the CLI
 prints it in one or two lines and exits with code 2. Anything else is a bug in vitkit.
 
-They subclass ``ValueError`` so code written against earlier versions keeps catching them.
+They subclass ``ValueError``, as Python's own argument errors do, so a caller of the library can
+catch a bad argument either way. The CLI does not: it turns only these (and the operating
+system's errors about the user's files) into a message with exit code 2, so a plain
+``ValueError`` raised anywhere else is a bug and reaches the user as one (a traceback, exit 1).
 """
 
 from __future__ import annotations
@@ -24,6 +27,15 @@ class MissingBlocks(CheckpointError):
     def __init__(self, message: str, missing: list[int], found: int) -> None:
         super().__init__(message)
         self.missing, self.found = missing, found
+
+
+class ModelError(VitkitError):
+    """A model that cannot be built or run as asked: an unknown name, an option out of range,
+    an input the patches do not tile."""
+
+
+class ExplainError(VitkitError):
+    """A map, method or layer asked of a model or input that cannot give it."""
 
 
 class ConfigError(VitkitError):

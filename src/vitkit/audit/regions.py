@@ -11,6 +11,7 @@ import math
 
 import torch
 
+from vitkit.errors import ConfigError
 from vitkit.explain.metrics import mass_in_box
 
 CORNERS = ("top_left", "top_right", "bottom_left", "bottom_right")
@@ -68,6 +69,6 @@ def image_stats(maps: torch.Tensor, boxes: torch.Tensor | None = None,
     out["entropy"] = entropy(maps)
     if boxes is not None:
         if img_size is None:
-            raise ValueError("the share inside the box needs the image size")
+            raise ConfigError("the share inside the box needs the image size")
         out["in_box"] = mass_in_box(maps, boxes, img_size)
     return out

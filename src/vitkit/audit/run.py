@@ -29,7 +29,7 @@ from vitkit.audit.flags import (
 from vitkit.audit.regions import CORNERS, border_mask, image_stats, shares
 from vitkit.audit.spray import cluster, features
 from vitkit.data.images import Preprocess, preprocessing
-from vitkit.errors import DataError, ImageError
+from vitkit.errors import ConfigError, DataError, ImageError
 from vitkit.explain.registry import applicable, explain_map
 from vitkit.explain.stats import outlier_tokens, token_norms
 
@@ -59,7 +59,7 @@ class Audit:
 
 def check_method(model, method: str) -> None:
     if method not in applicable(model.cfg):
-        raise ValueError(f"method {method!r} does not apply to this model; methods that apply: "
+        raise ConfigError(f"method {method!r} does not apply to this model; methods that apply: "
                          f"{', '.join(applicable(model.cfg))}")
 
 

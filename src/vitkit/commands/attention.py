@@ -55,7 +55,11 @@ def run(args: argparse.Namespace) -> int:
         print("  wrote " + ", ".join(str(f) for f in r.files))
     failed = sum(r.error is not None for r in reports)
     if failed == len(reports):
-        print(f"vitkit attention: error: none of the {failed} images could be read",
-              file=sys.stderr)
+        unwritten = [r for r in reports if r.unwritten]
+        what = (f"none of the {failed} images' results could be written ({unwritten[0].error}); "
+                "the images were read: free space or choose another --out"
+                if len(unwritten) == failed else
+                f"none of the {failed} images could be read")
+        print(f"vitkit attention: error: {what}", file=sys.stderr)
         return 2
     return 0

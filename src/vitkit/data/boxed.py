@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from vitkit.data.idx import load_idx
+from vitkit.errors import DataError
 
 
 @dataclass
@@ -54,7 +55,7 @@ def boxed_fashion(n: int, split: str = "train", canvas: int = 64, object_size: i
     ``distractor_size``, and the target item at ``object_size`` with its corner on multiples of
     ``align`` pixels (patch-aligned objects are learned faster by a small ViT from scratch)."""
     if not distractor_size <= object_size <= canvas:
-        raise ValueError(f"need distractor_size ({distractor_size}) <= object_size "
+        raise DataError(f"need distractor_size ({distractor_size}) <= object_size "
                          f"({object_size}) <= canvas ({canvas})")
     pixels, labels, names = load_idx("fashion-mnist", split, root)
     rng = np.random.default_rng(seed)

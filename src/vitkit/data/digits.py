@@ -14,6 +14,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vitkit.errors import DataError
+
 
 def digits_split(split: str = "train", val_fraction: float = 0.2, seed: int = 0):
     """Source digits of one split: (images (n, 8, 8) float in [0, 1], labels (n,) int64).
@@ -29,7 +31,7 @@ def digits_split(split: str = "train", val_fraction: float = 0.2, seed: int = 0)
     if split == "all":
         return images, labels
     if split not in ("train", "val"):
-        raise ValueError(f"split must be 'train', 'val' or 'all', got {split!r}")
+        raise DataError(f"split must be 'train', 'val' or 'all', got {split!r}")
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))
     n_val = int(round(val_fraction * len(labels)))
     idx = order[len(labels) - n_val:] if split == "val" else order[: len(labels) - n_val]
@@ -70,7 +72,7 @@ def cluttered_digits(
     each digit on whole patches, which a ViT trained from scratch on little data learns far
     faster than arbitrary offsets; fragments stay anywhere)."""
     if digit_size > canvas or fragment > digit_size:
-        raise ValueError(f"need fragment ({fragment}) <= digit_size ({digit_size}) <= canvas "
+        raise DataError(f"need fragment ({fragment}) <= digit_size ({digit_size}) <= canvas "
                          f"({canvas})")
     src, src_labels = digits_split(split, seed=0)
     if digit_size != 8:

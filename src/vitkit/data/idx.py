@@ -99,7 +99,7 @@ def read_idx(path: str | os.PathLike, ndim: int) -> np.ndarray:
     header says.
     """
     if ndim not in _KIND:
-        raise ValueError(f"ndim must be 3 (images) or 1 (labels), got {ndim}")
+        raise DataError(f"ndim must be 3 (images) or 1 (labels), got {ndim}")
     p = Path(path).expanduser()
     try:
         st = p.stat()
@@ -113,7 +113,7 @@ def write_idx(path: str | os.PathLike, array: np.ndarray) -> Path:
     file, gzip-compressed when ``path`` ends in ``.gz``. The inverse of :func:`read_idx`."""
     array = np.asarray(array)
     if array.dtype != np.uint8 or not 1 <= array.ndim <= 3:
-        raise ValueError(f"IDX files here hold uint8 arrays of 1 to 3 dimensions, got "
+        raise DataError(f"IDX files here hold uint8 arrays of 1 to 3 dimensions, got "
                          f"{array.dtype} {array.shape}")
     data = (struct.pack(f">I{array.ndim}I", 0x0800 | array.ndim, *array.shape)
             + np.ascontiguousarray(array).tobytes())

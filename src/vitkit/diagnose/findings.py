@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from vitkit.errors import DataError
+
 LEVELS = ("error", "warning", "unknown", "ok")
 
 
@@ -28,7 +30,7 @@ class Finding:
 
     def __post_init__(self) -> None:
         if self.level not in LEVELS:
-            raise ValueError(f"level must be one of {LEVELS}, got {self.level!r}")
+            raise DataError(f"level must be one of {LEVELS}, got {self.level!r}")
 
 
 def worst(findings: list[Finding]) -> str:

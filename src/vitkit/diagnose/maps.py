@@ -58,6 +58,10 @@ def read_maps(path: str | Path) -> Maps:
                   else "it is not a .npy/.npz array file, or it is damaged")
         raise DataError(f"cannot read {path} as attention maps: {reason} (expected the "
                         "*_maps.npy `vitkit attention` writes)") from err
+    if array.dtype.kind not in "fiub":  # strings, dates, structured records: not weights
+        raise DataError(f"cannot read {path} as attention maps: it holds {array.dtype} values, "
+                        "not numbers (expected the float weights of the *_maps.npy `vitkit "
+                        "attention` writes)")
     return as_maps(torch.from_numpy(np.asarray(array, dtype=np.float32)), str(path))
 
 

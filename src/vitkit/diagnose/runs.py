@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 import re
 import statistics
@@ -22,6 +23,8 @@ from vitkit.diagnose.findings import Finding
 from vitkit.diagnose.run import Run
 from vitkit.errors import DataError
 from vitkit.recipe import RunPlan
+
+log = logging.getLogger("vitkit")
 
 # Below ~100k images a ViT from scratch loses to a CNN of the same size; above a few million
 # it wins (Dosovitskiy et al. 2021, Fig. 3-4: ImageNet-1k vs ImageNet-21k vs JFT-300M).
@@ -93,16 +96,43 @@ def read_run(folder: str | Path) -> Run:
         config = yaml.safe_load((folder / "config.yaml").read_text()) or {}
     except yaml.YAMLError as err:
         raise DataError(f"{folder}/config.yaml is not valid YAML: {err}") from err
+    except UnicodeDecodeError as err:
+        raise DataError(f"{folder}/config.yaml is not text (a byte {err.object[err.start]:#04x} "
+                        f"at position {err.start} is not UTF-8): expected the YAML options "
+                        "`vitkit train` writes; restore the file or point the doctor at the "
+                        "checkpoint instead") from err
     if not isinstance(config, dict):
         raise DataError(f"{folder}/config.yaml must hold a mapping of option: value")
-    metrics = []
-    if (folder / "metrics.csv").is_file():
-        with open(folder / "metrics.csv", newline="") as f:
-            for row in csv.DictReader(f):  # cells beyond the header (key None) are ignored
-                metrics.append({k: _float(v) for k, v in row.items() if k is not None})
+    metrics = _read_metrics(folder / "metrics.csv") if (folder / "metrics.csv").is_file() else []
     log = (folder / "train.log").read_text(errors="replace") if (folder / "train.log").is_file() \
         else ""
     return Run(folder, config, metrics, log, _read_plan(folder / "run.json"))
+
+
+def _read_metrics(path: Path) -> list[dict]:
+    """metrics.csv's rows as numbers; rows of another length than the header are read (cells
+    beyond it ignored, missing ones empty) and named in a warning, never passed silently."""
+    metrics, ragged, width = [], [], 0
+    try:
+        with open(path, newline="") as f:
+            reader = csv.reader(f)
+            header = next(reader, [])
+            width = len(header)
+            for number, cells in enumerate(reader, start=2):
+                if len(cells) != width:
+                    ragged.append((number, len(cells)))
+                row = dict(zip(header, cells[:width], strict=False))
+                metrics.append({k: _float(v) for k, v in row.items()})
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path} is not text: expected the metrics table `vitkit train` "
+                        "writes") from err
+    if ragged:
+        shown = ", ".join(f"line {n} ({k} cells)" for n, k in ragged[:5]) + (
+            f" and {len(ragged) - 5} more" if len(ragged) > 5 else "")
+        log.warning("%s: the header has %d columns but %s; cells beyond the header are "
+                    "ignored and missing ones read as empty, so the findings on those rows "
+                    "may be off (a hand-edited or concatenated file?)", path, width, shown)
+    return metrics
 
 
 def _read_plan(path: Path) -> dict | None:

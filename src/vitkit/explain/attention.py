@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from vitkit.errors import ExplainError
 from vitkit.explain.registry import without_cls
 
 HEAD_FUSIONS = ("mean", "max", "min")
@@ -43,12 +44,12 @@ class Layout:
 def check_maps(maps: Sequence[torch.Tensor]) -> int:
     """T, after checking ``maps`` is a non-empty sequence of (B, heads, T, T) tensors."""
     if isinstance(maps, torch.Tensor) or not len(maps):
-        raise ValueError("expected a non-empty sequence of per-layer (B, heads, T, T) maps, e.g. "
+        raise ExplainError("expected a non-empty sequence of per-layer (B, heads, T, T) maps, e.g. "
                          "model(x, return_attn=True)[1] or a Hugging Face outputs.attentions; "
                          f"got {type(maps).__name__} of length {len(maps)}")
     first = maps[0]
     if first.dim() != 4 or first.shape[-1] != first.shape[-2]:
-        raise ValueError(f"each map must be (B, heads, T, T); got {tuple(first.shape)}")
+        raise ExplainError(f"each map must be (B, heads, T, T); got {tuple(first.shape)}")
     return first.shape[-1]
 
 
@@ -69,7 +70,7 @@ def layout_of(maps: Sequence[torch.Tensor], grid=None, num_prefix_tokens: int | 
     elif grid is None and num_prefix_tokens is None:
         side = math.isqrt(t - 1)
         if side * side != t - 1:
-            raise ValueError(
+            raise ExplainError(
                 f"these maps have T = {t} tokens, which is not 1 [CLS] + a square grid, so the "
                 "patch grid cannot be inferred: pass grid=(gh, gw) and num_prefix_tokens=... "
                 "(T = prefix tokens + gh*gw), or use the maps vitkit's model returns")
@@ -81,7 +82,7 @@ def layout_of(maps: Sequence[torch.Tensor], grid=None, num_prefix_tokens: int | 
             n = t - num_prefix_tokens
             side = math.isqrt(max(n, 0))
             if n <= 0 or side * side != n:
-                raise ValueError(f"{t} tokens minus {num_prefix_tokens} prefix tokens is not a "
+                raise ExplainError(f"{t} tokens minus {num_prefix_tokens} prefix tokens is not a "
                                  "square grid; pass grid=(gh, gw)")
             grid = side
         prefix = num_prefix_tokens if num_prefix_tokens is not None else \
@@ -89,7 +90,7 @@ def layout_of(maps: Sequence[torch.Tensor], grid=None, num_prefix_tokens: int | 
         gh, gw = (grid, grid) if isinstance(grid, int) else grid
         layout = Layout((gh, gw), prefix, readout if prefix else None)
     if t != layout.tokens:
-        raise ValueError(f"maps have {t} tokens, but {layout.num_prefix_tokens} prefix tokens + "
+        raise ExplainError(f"maps have {t} tokens, but {layout.num_prefix_tokens} prefix tokens + "
                          f"a {layout.grid[0]}x{layout.grid[1]} grid make {layout.tokens}")
     return layout
 
@@ -104,7 +105,7 @@ def fuse_heads(attn: torch.Tensor, how: str | int) -> torch.Tensor:
         return attn.amax(1)
     if how == "min":
         return attn.amin(1)
-    raise ValueError(f"head fusion must be a head index or one of {HEAD_FUSIONS}, got {how!r}")
+    raise ExplainError(f"head fusion must be a head index or one of {HEAD_FUSIONS}, got {how!r}")
 
 
 def cls_attention(maps: Sequence[torch.Tensor], layer: int = -1, head: int | str | None = None,
@@ -120,7 +121,7 @@ def cls_attention(maps: Sequence[torch.Tensor], layer: int = -1, head: int | str
     """
     layout = layout_of(maps, grid, num_prefix_tokens)
     if layout.readout is None:
-        raise ValueError("this model pools by average and has no [CLS] readout, so [CLS] "
+        raise ExplainError("this model pools by average and has no [CLS] readout, so [CLS] "
                          f"attention does not explain it; methods that apply: "
                          f"{', '.join(without_cls())}")
     p = layout.num_prefix_tokens
@@ -138,9 +139,9 @@ def token_attention(maps: Sequence[torch.Tensor], token: int, layer: int = -1,
     """
     t = check_maps(maps)
     if not -t <= token < t:
-        raise ValueError(f"token {token} does not exist: these maps have {t} tokens")
+        raise ExplainError(f"token {token} does not exist: these maps have {t} tokens")
     if not -len(maps) <= layer < len(maps):
-        raise ValueError(f"layer {layer} does not exist: {len(maps)} layers of maps were given")
+        raise ExplainError(f"layer {layer} does not exist: {len(maps)} layers of maps were given")
     rows = maps[layer][:, :, token, :]  # (B, heads, T)
     return rows if head is None else fuse_heads(rows, head)
 
@@ -183,7 +184,7 @@ def pool_attention(maps, head: int | str | None = None) -> torch.Tensor:
     an index or "mean"/"max"/"min" gives (B, gh, gw)."""
     weights = getattr(maps, "pool_attention", None)
     if weights is None:
-        raise ValueError("these maps come from a model without attention pooling (no MAP "
+        raise ExplainError("these maps come from a model without attention pooling (no MAP "
                          "head); use cls_attention for a [CLS] model, rollout for any")
     p = maps.num_prefix_tokens
     rows = weights[:, :, p:].reshape(*weights.shape[:2], *maps.grid)
@@ -199,7 +200,7 @@ def register_attention(maps, layer: int = -1) -> dict[str, torch.Tensor]:
     """
     regs = getattr(maps, "num_reg_tokens", 0)
     if not hasattr(maps, "grid") or regs < 1:
-        raise ValueError("these maps have no register tokens (a model with num_reg_tokens, "
+        raise ExplainError("these maps have no register tokens (a model with num_reg_tokens, "
                          "e.g. vit_small_patch14_reg4_dinov2)")
     a = maps[layer]  # (B, heads, T, T)
     first = maps.num_prefix_tokens - regs  # registers come last among the prefix tokens

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from vitkit.errors import ExplainError
 from vitkit.explain.gradients import targets
 
 MEASURES = ("logit", "prob")
@@ -66,7 +67,7 @@ def head_importance(model, x: torch.Tensor, target=None, measure: str = "logit",
     after each layer (the explorer's jobs cancel through it).
     """
     if measure not in MEASURES:
-        raise ValueError(f"measure must be one of {', '.join(MEASURES)}, got {measure!r}")
+        raise ExplainError(f"measure must be one of {', '.join(MEASURES)}, got {measure!r}")
     b = x.shape[0]
     h, d = model.cfg.num_heads, model.cfg.embed_dim // model.cfg.num_heads
     base = model(x)
@@ -102,7 +103,7 @@ def head_importance_estimate(model, x: torch.Tensor, target=None, measure: str =
     LayerNorm, the softmax, later layers) is where the estimate and the ablation differ.
     """
     if measure not in MEASURES:
-        raise ValueError(f"measure must be one of {', '.join(MEASURES)}, got {measure!r}")
+        raise ExplainError(f"measure must be one of {', '.join(MEASURES)}, got {measure!r}")
     b = x.shape[0]
     h = model.cfg.num_heads
     inputs: list[torch.Tensor] = []

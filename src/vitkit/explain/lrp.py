@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitkit.errors import ExplainError
 from vitkit.explain.gradients import targets
 from vitkit.models.vit import Attention, MapHead, Product, QuickGELU
 
@@ -123,7 +124,7 @@ def relevance_mode(model: nn.Module, rule: str = "attnlrp"):
     out, is a part: the attention kernel, a LayerNorm's or an activation's backward, the gate
     product's. Rotary embeddings are a rotation, linear in q and k, and need no rule."""
     if rule not in RULES:
-        raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
+        raise ExplainError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
     activations = (nn.GELU, QuickGELU, nn.SiLU)
     patched = []
     for module in model.modules():

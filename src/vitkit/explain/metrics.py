@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from torchvision.transforms.v2.functional import gaussian_blur
 
+from vitkit.errors import ExplainError
 from vitkit.util.grids import upsample
 
 
@@ -84,7 +85,7 @@ def deletion_insertion(model, images: torch.Tensor, maps: torch.Tensor, target: 
     image, as in RISE) and pastes the original patches back.
     """
     if maps.shape[0] != images.shape[0]:
-        raise ValueError(f"{maps.shape[0]} maps for {images.shape[0]} images")
+        raise ExplainError(f"{maps.shape[0]} maps for {images.shape[0]} images")
     h, w = images.shape[-2:]
     masks = step_masks(maps, steps, (h, w))[:, :, None]  # (B, S+1, 1, H, W)
     if deletion_baseline is None:

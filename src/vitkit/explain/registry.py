@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from vitkit.errors import ExplainError
+
 
 @dataclass(frozen=True)
 class Method:
@@ -36,7 +38,7 @@ METHODS: dict[str, Method] = {}
 def register(method: Method) -> Method:
     """Add ``method`` to :data:`METHODS` under its name."""
     if method.name in METHODS:
-        raise ValueError(f"an attribution method called {method.name!r} is already registered")
+        raise ExplainError(f"an attribution method called {method.name!r} is already registered")
     METHODS[method.name] = method
     return method
 
@@ -86,13 +88,13 @@ def explain_map(model, x: torch.Tensor, method: str = "rollout", target=None, *,
     logit's relevance goes beside the pixels (``Explanation.budget``).
     """
     if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        raise ExplainError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     m = METHODS[method]
     if method not in applicable(model.cfg):
         what = "a [CLS] readout" if m.needs_cls else "attention pooling (a MAP head)"
         pool = {"avg": "pools by average", "map": "pools by attention (a MAP head)",
                 "cls": "reads its [CLS] token"}.get(getattr(model.cfg, "pool", ""), "is a CNN")
-        raise ValueError(f"{method!r} explains {what}, and this model {pool}; methods that "
+        raise ExplainError(f"{method!r} explains {what}, and this model {pool}; methods that "
                          f"apply: {', '.join(applicable(model.cfg))}")
     options = dict(layer=layer, head=head, residual=residual, discard_ratio=discard_ratio,
                    head_fusion=head_fusion, budget=budget)

@@ -11,13 +11,14 @@ from collections.abc import Sequence
 
 import torch
 
+from vitkit.errors import ExplainError
 from vitkit.explain.attention import check_maps, fuse_heads
 
 
 def _check_consecutive(maps) -> None:
     layers = getattr(maps, "layers", None)
     if layers is not None and layers != list(range(layers[0], layers[0] + len(layers))):
-        raise ValueError(f"rollout multiplies consecutive layers, but these maps are of layers "
+        raise ExplainError(f"rollout multiplies consecutive layers, but these maps are of layers "
                          f"{layers}; call model(x, return_attn=True) without attn_layers")
 
 
@@ -27,7 +28,7 @@ def discard_lowest(fused: torch.Tensor, ratio: float, protect_cls: bool) -> torc
     if ratio <= 0:
         return fused
     if not 0 <= ratio < 1:
-        raise ValueError(f"discard_ratio must be in [0, 1), got {ratio}")
+        raise ExplainError(f"discard_ratio must be in [0, 1), got {ratio}")
     b, t, _ = fused.shape
     keyed = fused.clone()
     if protect_cls:
@@ -47,7 +48,7 @@ def rollout_fused(fused: Sequence[torch.Tensor], residual: float = 0.5,
                   discard_ratio: float = 0.0, protect_cls: bool = True) -> torch.Tensor:
     """Roll out already head-fused (B, T, T) matrices, first layer first -> (B, T, T)."""
     if not 0 <= residual <= 1:
-        raise ValueError(f"residual must be in [0, 1], got {residual}")
+        raise ExplainError(f"residual must be in [0, 1], got {residual}")
     first = fused[0]
     eye = torch.eye(first.shape[-1], dtype=first.dtype, device=first.device)
     result = eye.expand_as(first).clone()
@@ -77,7 +78,7 @@ def attention_rollout(maps: Sequence[torch.Tensor], residual: float = 0.5,
     check_maps(maps)
     _check_consecutive(maps)
     if not 0 <= start_layer < len(maps):
-        raise ValueError(f"start_layer {start_layer} is outside the {len(maps)} layers given")
+        raise ExplainError(f"start_layer {start_layer} is outside the {len(maps)} layers given")
     fused = [fuse_heads(a, head_fusion) for a in list(maps)[start_layer:]]
     if num_prefix_tokens is not None:
         protect_cls = num_prefix_tokens > 0

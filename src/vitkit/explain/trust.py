@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torchvision.transforms.v2.functional import gaussian_blur
 
+from vitkit.errors import ExplainError
 from vitkit.explain.metrics import (
     auc,
     class_probabilities,
@@ -96,7 +97,7 @@ def _fill(images: torch.Tensor, removed: torch.Tensor, baseline: str, seed: int)
         flat = noisy_linear_fill(images.reshape(b * s, *images.shape[2:]),
                                  removed.reshape(b * s, *removed.shape[2:]), seed=seed)
         return flat.reshape(images.shape)
-    raise ValueError(f"baseline must be one of {', '.join(BASELINES)}, got {baseline!r}")
+    raise ExplainError(f"baseline must be one of {', '.join(BASELINES)}, got {baseline!r}")
 
 
 def perturbation_curves(model, images: torch.Tensor, maps: torch.Tensor, target: torch.Tensor,
@@ -111,11 +112,11 @@ def perturbation_curves(model, images: torch.Tensor, maps: torch.Tensor, target:
     faithful; least-relevant first reverses both.
     """
     if mode not in ("deletion", "insertion"):
-        raise ValueError(f"mode must be 'deletion' or 'insertion', got {mode!r}")
+        raise ExplainError(f"mode must be 'deletion' or 'insertion', got {mode!r}")
     if order not in ORDERS:
-        raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
+        raise ExplainError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
     if maps.shape[0] != images.shape[0]:
-        raise ValueError(f"{maps.shape[0]} maps for {images.shape[0]} images")
+        raise ExplainError(f"{maps.shape[0]} maps for {images.shape[0]} images")
     ranked = maps if order == "most" else -maps
     chosen = step_masks(ranked, steps, tuple(images.shape[-2:]))[:, :, None]  # (B, S+1, 1, H, W)
     removed = chosen if mode == "deletion" else ~chosen

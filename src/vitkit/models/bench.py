@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
+from vitkit.errors import ModelError
 from vitkit.models.cost import flop_model
 from vitkit.models.registry import create_model
 
@@ -121,17 +122,17 @@ def bench(name: str, batch: int = 8, img_size: int | None = None, train: bool = 
     """Time ``steps`` steps of a registered model after ``warmup`` (synchronised on GPU)."""
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda asked for, but torch sees no CUDA device")
+        raise ModelError("--device cuda asked for, but torch sees no CUDA device")
     if dtype not in ("float32", "bfloat16"):
-        raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
+        raise ModelError(f"dtype must be float32 or bfloat16, got {dtype!r}")
     if train and attn:
-        raise ValueError("--attn times inference with maps; drop --train or --attn")
+        raise ModelError("--attn times inference with maps; drop --train or --attn")
     for flag, value, least in (("--batch", batch, 1), ("--steps", steps, 1),
                                ("--warmup", warmup, 0)):
         if value < least:
-            raise ValueError(f"{flag} must be {least} or more, got {value}")
+            raise ModelError(f"{flag} must be {least} or more, got {value}")
     if img_size is not None and img_size < 1:
-        raise ValueError(f"--img-size must be a positive number of pixels, got {img_size}")
+        raise ModelError(f"--img-size must be a positive number of pixels, got {img_size}")
     overrides = {"img_size": img_size} if img_size else {}
     model = create_model(name, **overrides).to(dev)
     size = model.cfg.img_size

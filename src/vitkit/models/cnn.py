@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 
 from torch import nn
 
+from vitkit.errors import ModelError
+
 CNNS = ("resnet18", "resnet34", "resnet50", "resnet18_w16", "resnet18_w24", "resnet18_w32")
 # ResNet-18 at a narrower base width (16 or 32 channels instead of 64): a CNN of about a small
 # ViT's compute, so a study can tell capacity from inductive bias (FLOPs scale with width^2).
@@ -52,7 +54,7 @@ class CNN(nn.Module):
         super().__init__()
         cfg = config or CNNConfig(**kwargs)
         if cfg.arch not in CNNS:
-            raise ValueError(f"unknown CNN {cfg.arch!r}; choose one of {', '.join(CNNS)}")
+            raise ModelError(f"unknown CNN {cfg.arch!r}; choose one of {', '.join(CNNS)}")
         self.cfg = cfg
         try:
             import torchvision  # the train extra: CNN baselines and teachers only

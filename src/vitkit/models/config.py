@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
+from vitkit.errors import ModelError
+
 Pair = int | tuple[int, int]  # a size given as one side (square) or as (height, width)
 ACTIVATION_NAMES = ("gelu", "gelu_tanh", "quick_gelu")  # built in models/vit.py: ACTIVATIONS
 # The MLP of a block (built in models/vit.py: MLPS): "gelu" Linear -> act -> Linear; "glu" the
@@ -27,7 +29,7 @@ def as_pair(size: Pair) -> tuple[int, int]:
         size = (size, size)
     h, w = (int(g) for g in size)
     if h <= 0 or w <= 0:
-        raise ValueError(f"a size needs positive sides, got {size!r}")
+        raise ModelError(f"a size needs positive sides, got {size!r}")
     return h, w
 
 
@@ -94,59 +96,59 @@ class ViTConfig:
     def __post_init__(self) -> None:
         self.img_size = as_pair(self.img_size)
         if self.pool not in ("cls", "avg", "map"):
-            raise ValueError(f"pool must be 'cls', 'avg' or 'map', got {self.pool!r}")
+            raise ModelError(f"pool must be 'cls', 'avg' or 'map', got {self.pool!r}")
         if self.pos_interp not in ("bicubic", "bilinear"):
-            raise ValueError(f"pos_interp must be 'bicubic' or 'bilinear', got "
+            raise ModelError(f"pos_interp must be 'bicubic' or 'bilinear', got "
                              f"{self.pos_interp!r}")
         if self.mlp not in MLP_NAMES:
-            raise ValueError(f"mlp must be one of {', '.join(MLP_NAMES)}, got {self.mlp!r}")
+            raise ModelError(f"mlp must be one of {', '.join(MLP_NAMES)}, got {self.mlp!r}")
         if self.rope not in ROPE_NAMES:
-            raise ValueError(f"rope must be '' (none) or one of {', '.join(ROPE_NAMES[1:])}, "
+            raise ModelError(f"rope must be '' (none) or one of {', '.join(ROPE_NAMES[1:])}, "
                              f"got {self.rope!r}")
         if self.rope_ref_grid is not None:
             self.rope_ref_grid = as_pair(self.rope_ref_grid)
         if not (self.abs_pos or self.rope):
-            raise ValueError("abs_pos=False needs rotary embeddings (rope=...): the model would "
+            raise ModelError("abs_pos=False needs rotary embeddings (rope=...): the model would "
                              "have no position information at all")
         if self.rope == "mixed" and self.rope_half:
-            raise ValueError("rope='mixed' rotates adjacent pairs; set rope_half=False")
+            raise ModelError("rope='mixed' rotates adjacent pairs; set rope_half=False")
         if not (self.key_bias or self.qkv_bias):
-            raise ValueError("key_bias=False (a query and value bias, no key bias) needs "
+            raise ModelError("key_bias=False (a query and value bias, no key bias) needs "
                              "qkv_bias=True")
         if self.pool_heads and self.pool != "map":
-            raise ValueError("pool_heads applies to pool='map' only")
+            raise ModelError("pool_heads applies to pool='map' only")
         if self.pool_heads and self.embed_dim % self.pool_heads:
-            raise ValueError(f"embed_dim {self.embed_dim} must be divisible by pool_heads "
+            raise ModelError(f"embed_dim {self.embed_dim} must be divisible by pool_heads "
                              f"{self.pool_heads}")
         if self.act not in ACTIVATION_NAMES:
-            raise ValueError(f"act must be one of {', '.join(ACTIVATION_NAMES)}, got {self.act!r}")
+            raise ModelError(f"act must be one of {', '.join(ACTIVATION_NAMES)}, got {self.act!r}")
         if self.pool == "cls" and not self.class_token:
-            raise ValueError("pool='cls' needs class_token=True; use pool='avg' without one")
+            raise ModelError("pool='cls' needs class_token=True; use pool='avg' without one")
         if self.distilled and not (self.class_token and self.pool == "cls"):
-            raise ValueError("distilled=True needs the [CLS] token and pool='cls', as in DeiT")
+            raise ModelError("distilled=True needs the [CLS] token and pool='cls', as in DeiT")
         if self.distilled and self.representation_size:
-            raise ValueError("a distilled (DeiT) model has no pre-logits layer; set "
+            raise ModelError("a distilled (DeiT) model has no pre-logits layer; set "
                              "representation_size=0")
         if self.fc_norm and self.pool != "avg":
-            raise ValueError("fc_norm=True applies to pool='avg' only")
+            raise ModelError("fc_norm=True applies to pool='avg' only")
         for name in ("num_classes", "representation_size", "num_reg_tokens", "pool_heads"):
             if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
+                raise ModelError(f"{name} must be 0 or more, got {getattr(self, name)}")
         for name in ("patch_size", "embed_dim", "depth", "num_heads", "mlp_dim", "in_chans"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be 1 or more, got {getattr(self, name)}")
+                raise ModelError(f"{name} must be 1 or more, got {getattr(self, name)}")
         if self.embed_dim % self.num_heads:
-            raise ValueError(
+            raise ModelError(
                 f"embed_dim {self.embed_dim} must be divisible by num_heads {self.num_heads}"
             )
         if self.rope and self.embed_dim // self.num_heads % 4:
-            raise ValueError(f"rotary embeddings need a head width divisible by 4 (two axes, "
+            raise ModelError(f"rotary embeddings need a head width divisible by 4 (two axes, "
                              f"pairs of channels); embed_dim {self.embed_dim} over "
                              f"{self.num_heads} heads gives {self.embed_dim // self.num_heads}")
         gh, gw = patch_grid(self.img_size, self.patch_size)  # sizes the patches do not tile
         if gh * gw > MAX_PATCHES:
             gb = gh * gw * self.embed_dim * 4 / 2**30
-            raise ValueError(
+            raise ModelError(
                 f"a {self.img_size[0]}x{self.img_size[1]} image in {self.patch_size}-pixel "
                 f"patches is {gh * gw:,} patches; vitkit builds ViTs of up to {MAX_PATCHES:,} "
                 f"(its position table alone would take {gb:,.1f} GB, and attention over it "
@@ -186,7 +188,7 @@ def patch_grid(img_size: Pair, patch_size: int) -> tuple[int, int]:
     """(H, W) -> (H/P, W/P); raises ``ValueError`` when a side is not divisible by P."""
     h, w = as_pair(img_size)
     if h % patch_size or w % patch_size:
-        raise ValueError(
+        raise ModelError(
             f"image size {h}x{w} is not divisible by patch size {patch_size}: the last "
             f"{h % patch_size} rows / {w % patch_size} columns would be dropped. Resize or crop "
             f"the image to a multiple of {patch_size} (e.g. "

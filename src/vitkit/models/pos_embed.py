@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from vitkit.errors import ModelError
 from vitkit.models.config import Pair, as_pair  # noqa: F401  (re-exported: Pair, as_pair)
 
 
@@ -47,12 +48,12 @@ def interpolate_pos_embed(
     squeeze = pos_embed.dim() == 2
     table = pos_embed.unsqueeze(0) if squeeze else pos_embed
     if table.dim() != 3 or table.shape[0] != 1:
-        raise ValueError(
+        raise ModelError(
             f"pos_embed must be (1, T, D) or (T, D); got shape {tuple(pos_embed.shape)}"
         )
     expected = num_prefix_tokens + old_h * old_w
     if table.shape[1] != expected:
-        raise ValueError(
+        raise ModelError(
             f"pos_embed has {table.shape[1]} rows but {num_prefix_tokens} prefix tokens + an "
             f"{old_h}x{old_w} grid need {expected}; check old_grid and num_prefix_tokens"
         )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 
+from vitkit.errors import ModelError
 from vitkit.models.vit import VisionTransformer, ViTConfig
 
 # size -> (width D, depth, heads, MLP width)
@@ -182,7 +183,7 @@ def model_args(name: str) -> dict:
     if name not in MODEL_ARGS:
         close = difflib.get_close_matches(name, MODEL_ARGS, n=5, cutoff=0.6)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
-        raise ValueError(
+        raise ModelError(
             f"unknown model {name!r}.{hint} `vitkit.list_models()` lists all "
             f"{len(MODEL_ARGS)} names."
         )

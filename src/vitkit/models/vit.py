@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from vitkit.errors import ModelError
 from vitkit.models import inference, rope
 from vitkit.models.arithmetic import STANDARD, Arithmetic, split_heads
 from vitkit.models.config import ACTIVATION_NAMES, MLP_NAMES, ViTConfig, patch_grid
@@ -467,7 +468,7 @@ class VisionTransformer(nn.Module):
         if pos is not None and (always or grid != self.grid_size):
             if not (always or self.cfg.dynamic_img_size):
                 p = self.cfg.patch_size
-                raise ValueError(
+                raise ModelError(
                     f"input of {grid[0] * p}x{grid[1] * p} gives a {grid[0]}x{grid[1]} patch "
                     f"grid, but the position table is for {self.grid_size[0]}x"
                     f"{self.grid_size[1]} ({self.cfg.img_size[0]}x{self.cfg.img_size[1]} at "
@@ -509,7 +510,7 @@ class VisionTransformer(nn.Module):
         layers = []
         for i in attn_layers:
             if not -depth <= i < depth:
-                raise ValueError(f"attn_layers has {i}, but the model has {depth} layers "
+                raise ModelError(f"attn_layers has {i}, but the model has {depth} layers "
                                  f"(valid: {-depth}..{depth - 1})")
             layers.append(i % depth)
         return layers
@@ -530,12 +531,12 @@ class VisionTransformer(nn.Module):
         row, and a grid that stays symbolic.
         """
         if readout_only and self.cfg.readout_rows is None:
-            raise ValueError("readout_only needs a [CLS]-pooled model; this one pools 'avg'")
+            raise ModelError("readout_only needs a [CLS]-pooled model; this one pools 'avg'")
         rows = len(self.cfg.readout_rows) if readout_only else None
         if attn_layers is not None and not return_attn:
-            raise ValueError("attn_layers selects which maps to return; pass return_attn=True")
+            raise ModelError("attn_layers selects which maps to return; pass return_attn=True")
         if x.dim() != 4 or x.shape[1] != self.cfg.in_chans:
-            raise ValueError(f"expected images (B, {self.cfg.in_chans}, H, W), got shape "
+            raise ModelError(f"expected images (B, {self.cfg.in_chans}, H, W), got shape "
                              f"{tuple(x.shape)}")
         x, grid, table = self.embed(x, trace)
         wanted = set(self._layers_with_maps(attn_layers)) if return_attn else set()
@@ -612,7 +613,7 @@ class VisionTransformer(nn.Module):
         """
         if distill_heads:
             if self.dist_token is None:
-                raise ValueError("distill_heads=True needs a distilled model (distilled=True)")
+                raise ModelError("distill_heads=True needs a distilled model (distilled=True)")
             x = self.forward_features(x, readout_only=True)  # (B, 2, D)
             return self.head(self.head_drop(x[:, 0])), self.head_dist(self.head_drop(x[:, 1]))
         if not return_attn:  # a [CLS] head reads its rows only: the last block skips the rest

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from vitkit.errors import ConfigError
+
 
 def distillation_loss(cls_logits: torch.Tensor, dist_logits: torch.Tensor,
                       target: torch.Tensor, teacher_logits: torch.Tensor, kind: str = "hard",
@@ -26,5 +28,5 @@ def distillation_loss(cls_logits: torch.Tensor, dist_logits: torch.Tensor,
     elif kind == "hard":
         distill = F.cross_entropy(dist_logits, teacher_logits.argmax(dim=-1))
     else:
-        raise ValueError(f"distillation must be 'hard' or 'soft', got {kind!r}")
+        raise ConfigError(f"distillation must be 'hard' or 'soft', got {kind!r}")
     return (1 - alpha) * base + alpha * distill

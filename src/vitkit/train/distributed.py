@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from vitkit.errors import ConfigError
+
 
 @dataclass
 class Context:
@@ -28,7 +30,7 @@ def setup(device: str = "auto") -> Context:
     local = int(os.environ.get("LOCAL_RANK", "0"))
     use_cuda = torch.cuda.is_available() if device == "auto" else device == "cuda"
     if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda asked for, but torch sees no CUDA device")
+        raise ConfigError("--device cuda asked for, but torch sees no CUDA device")
     dev = torch.device(f"cuda:{local}" if use_cuda else "cpu")
     if use_cuda:
         torch.cuda.set_device(dev)

@@ -17,7 +17,7 @@ from vitkit.data.datasets import load_split
 from vitkit.data.images import find_images, load_image, preprocessing
 from vitkit.data.transforms import Transformed, eval_transform
 from vitkit.deploy.runtime import OnnxModel, is_onnx
-from vitkit.errors import ImageError, VitkitError
+from vitkit.errors import ConfigError, ImageError, VitkitError
 from vitkit.train.trainer import evaluate
 from vitkit.util.files import atomic_write
 from vitkit.viz import plot
@@ -36,7 +36,7 @@ def evaluate_checkpoint(checkpoint: str | os.PathLike, data: str, split: str = "
     (size, _), mean, std = preprocessing(model)
     ds = load_split(data, split, size, **data_options)
     if len(ds.classes) != model.num_classes:
-        raise ValueError(f"the checkpoint has {model.num_classes} classes but {data} has "
+        raise ConfigError(f"the checkpoint has {model.num_classes} classes but {data} has "
                          f"{len(ds.classes)}; evaluate on the data it was trained for")
     loader = DataLoader(Transformed(ds, eval_transform(size, mean, std)), batch_size=batch_size)
     metrics = evaluate(model, loader, torch.device("cpu"), len(ds.classes))

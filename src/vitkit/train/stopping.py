@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from vitkit.errors import ConfigError
+
 HOLDOUT_SEED = 20_211_022  # fixed: every run of a data set holds out the same images
 
 
@@ -95,7 +97,7 @@ def holdout_split(split, share: float):
     n = len(split)
     held = max(1, round(share * n))
     if held >= n:
-        raise ValueError(f"--holdout {share} of {n} training images leaves none to train on")
+        raise ConfigError(f"--holdout {share} of {n} training images leaves none to train on")
     order = torch.randperm(n, generator=torch.Generator().manual_seed(HOLDOUT_SEED)).tolist()
     out, keep = sorted(order[:held]), sorted(order[held:])
 

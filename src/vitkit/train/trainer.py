@@ -150,7 +150,7 @@ def nested_subset(split, fraction: float, seed: int):
     """The first ``fraction`` of a permutation fixed by ``seed``: a smaller fraction is always
     inside a larger one (the data-size study relies on it)."""
     if not 0 < fraction <= 1:
-        raise ValueError(f"data_fraction must be in (0, 1], got {fraction}")
+        raise ConfigError(f"data_fraction must be in (0, 1], got {fraction}")
     order = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed + 12345))
     keep = sorted(order[: max(1, round(fraction * len(split)))].tolist())
     return type(split)([split.images[i] for i in keep], [split.labels[i] for i in keep],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -13,13 +14,16 @@ import numpy as np
 import torch
 
 from vitkit.data.images import find_images, load_image, preprocessing
-from vitkit.errors import ImageError, VitkitError
+from vitkit.errors import ImageError, StorageError, VitkitError
 from vitkit.explain import trust
 from vitkit.explain.attention import cls_attention
 from vitkit.explain.methods import applicable, explain_map
 from vitkit.explain.metrics import deletion_insertion, random_maps
 from vitkit.models.cnn import is_cnn
 from vitkit.viz import plot
+
+# writing failed, not reading: no space, over quota, a read-only file system
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
 @dataclass
@@ -31,6 +35,7 @@ class ImageReport:
     files: list = field(default_factory=list)  # written files (names while staged)
     faithfulness: dict[str, dict[str, float]] = field(default_factory=dict)
     error: str | None = None  # why this image could not be explained (the others still are)
+    unwritten: bool = False  # the image was read, but its results could not be written
 
 
 def _class_name(model, index: int) -> str:
@@ -85,7 +90,11 @@ def explain_images(model, images: list[str | os.PathLike], out_dir: str | os.Pat
         except (VitkitError, ValueError, OSError, RuntimeError) as err:
             text = str(err) if isinstance(err, (ImageError, VitkitError)) else \
                 f"{type(err).__name__}: {err}"
-            report = ImageReport(path, error=text)
+            full = isinstance(err, StorageError) or (
+                isinstance(err, OSError) and err.errno in WRITE_ERRNOS)
+            if full and isinstance(err, OSError):
+                text = f"{os.strerror(err.errno)}, writing to {out}"
+            report = ImageReport(path, error=text, unwritten=full)
         finally:
             shutil.rmtree(stage, ignore_errors=True)
         reports.append(report)

@@ -2,7 +2,7 @@
 timm, onnxruntime fp32 and onnxruntime int8 (static, as `vitkit quantize` writes it), for
 ViT-S/16 and ViT-B/16 at 224, batch 1 and 32; and the int8 model's top-1 next to the fp32 one
 on the demo data (cluttered digits) and the second boxed dataset (fashion-boxes), each model
-quantised by `vitkit quantize`'s search.
+quantized by `vitkit quantize`'s search.
 
 Usage: python benchmarks/deploy_speed.py [--models NAME ...] [--batches 1 32] [--repeats 5]
        [--accuracy-only | --speed-only] [--out benchmarks/results/deploy_speed.md]
@@ -17,7 +17,7 @@ does not depend on the values).
 
 Accuracy: the demo's ViT (`vit_micro_patch4_32` on cluttered digits, the demo's recipe) and
 explain_boxes.py's vanilla ViT on fashion-boxes, trained once with `vitkit train` and cached in
-runs/bench, exported and quantised with `vitkit.deploy.quantize.quantize` (budget 1 point).
+runs/bench, exported and quantized with `vitkit.deploy.quantize.quantize` (budget 1 point).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import vitkit
 from vitkit.data.images import preprocess, preprocessing, to_rgb
 from vitkit.deploy import export_onnx
-from vitkit.deploy.quantize import Calibration, plain_graph, quantise_graph, quantize
+from vitkit.deploy.quantize import Calibration, plain_graph, quantize, quantize_graph
 from vitkit.models.bench import interleaved, machine
 from vitkit.train.config import resolve
 from vitkit.train.trainer import train
@@ -89,12 +89,12 @@ def contenders(name: str, tmp: Path, say) -> tuple[dict, torch.Tensor]:
     theirs.load_state_dict(model.state_dict())  # the same weights in timm's own class
     theirs.eval()
     x = photos(model)
-    say(f"{name}: exporting to onnx and quantising (static, 32 photos)")
+    say(f"{name}: exporting to onnx and quantizing (static, 32 photos)")
     fp32 = plain_graph(export_onnx(model, tmp / f"{name}.onnx"), tmp / f"{name}.plain.onnx")
     calibration = Calibration(DataLoader(TensorDataset(x, torch.zeros(len(x))), batch_size=8),
                               "pixel_values")
     int8 = tmp / f"{name}.int8.onnx"
-    quantise_graph(fp32, int8, "static", calibration, [])
+    quantize_graph(fp32, int8, "static", calibration, [])
     sessions = {"onnxruntime fp32": session(fp32), "onnxruntime int8": session(int8)}
 
     def run_torch(m):
@@ -180,7 +180,7 @@ def write(out: Path, speed_rows: list[dict], accuracy_rows: list[dict], args) ->
         lines.append("")
     if accuracy_rows:
         lines += ["## int8 top-1 against fp32", "",
-                  "Each model's whole validation split, quantised by `vitkit quantize`'s "
+                  "Each model's whole validation split, quantized by `vitkit quantize`'s "
                   "search (budget 1 point): naive = every product in int8; int8 = what the "
                   "command writes.", "",
                   "| data | mode | images | fp32 top-1 | naive int8 | int8 top-1 | points lost "
@@ -188,7 +188,7 @@ def write(out: Path, speed_rows: list[dict], accuracy_rows: list[dict], args) ->
                   "|---|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {r['data']} | {r['mode']} | {r['images']} | {r['float_top1']:.4f} | "
                   f"{r['naive_top1']:.4f} | {r['int8_top1']:.4f} | {r['loss'] * 100:+.2f} | "
-                  f"{len(r['kept_float'])} of {len(r['kept_float']) + r['quantised']} | "
+                  f"{len(r['kept_float'])} of {len(r['kept_float']) + r['quantized']} | "
                   f"{r['float_mb']:.2f} -> {r['int8_mb']:.2f} | {r['seconds']:.0f} |"
                   for r in accuracy_rows]
         lines.append("")

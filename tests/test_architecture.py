@@ -227,3 +227,30 @@ def test_the_rules_would_catch_a_cycle():
     """The cycle finder itself: a planted cycle is found, a tree is not."""
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b", "c"}, "b": {"c"}}) is None
+
+
+def _prints(tree: ast.AST) -> list[int]:
+    """Lines that use ``print`` (a call, or passed as a default), outside an
+    ``if __name__ == "__main__":`` block (a module's own entry point may print)."""
+    found = []
+
+    def walk(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and \
+                isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__":
+            return
+        if isinstance(node, ast.Name) and node.id == "print":
+            found.append(node.lineno)
+        for child in ast.iter_child_nodes(node):
+            walk(child)
+
+    walk(tree)
+    return found
+
+
+def test_library_packages_never_print():
+    """docs/architecture.md: only `cli` and `commands` print; the library logs (the `vitkit`
+    logger, which the command line shows on stderr) or returns what it found."""
+    printing = {name: _prints(ast.parse(path.read_text())) for name, path in MODULES.items()
+                if not name.startswith(("vitkit.cli", "vitkit.__main__", "vitkit.commands"))}
+    offenders = {name: lines for name, lines in printing.items() if lines}
+    assert not offenders, f"library modules that print (log instead): {offenders}"

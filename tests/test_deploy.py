@@ -191,7 +191,7 @@ def test_onnx_only_options_are_refused_for_checkpoint_layouts(digits_model, tmp_
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_every_family_quantises_and_keeps_its_function(exported, family, tmp_path):
+def test_every_family_quantizes_and_keeps_its_function(exported, family, tmp_path):
     """Each family's file through `vitkit quantize`'s library (static, calibrated on digits):
     the int8 file runs in onnxruntime and its logits stay close to the float ones (its
     attention output is carried along in float)."""
@@ -202,7 +202,7 @@ def test_every_family_quantises_and_keeps_its_function(exported, family, tmp_pat
     src = exported[family][1]
     report = quantize(src, tmp_path / "q.onnx", "digits:0-4", eval_images=40,
                       calibration_images=16, budget=0.99, say=lambda _: None)
-    assert report.written and report.quantised > 0
+    assert report.written and report.quantized > 0
     cfg = OnnxModel(src).cfg  # images as calibrated: digits, preprocessed from the metadata
     x = next(iter(_loader(load_split("digits:0-4", "val", cfg.img_size[0]), cfg.img_size,
                           cfg.extra["mean"], cfg.extra["std"], 8)))[0]

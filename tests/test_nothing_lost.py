@@ -220,3 +220,33 @@ def test_ctrl_c_saves_the_state_and_the_run_resumes(tmp_path):
     metrics = (tmp_path / "i" / "metrics.csv").read_text().splitlines()
     assert int(metrics[-1].split(",")[1]) == 120
     assert json.loads((tmp_path / "i" / "run.json").read_text())["total_steps"] == 120
+
+
+def test_each_error_has_one_meaning(tmp_path, monkeypatch):
+    """A held lock, a dead study worker and int8 over its budget are not configuration
+    mistakes: each has its own type, and the study's "busy" is the lock's type only."""
+    from vitkit import errors
+    from vitkit.train import study
+
+    folder = tmp_path / "held"
+    folder.mkdir()
+    (folder / runfolder.LOCK).write_text(f"{os.getpid()} {os.uname().nodename}\n")
+    with pytest.raises(errors.LockHeld) as held:
+        runfolder.lock(folder)
+    assert not isinstance(held.value, errors.ConfigError)
+    for kind in (errors.LockHeld, errors.WorkerFailed, errors.OverBudget):
+        assert issubclass(kind, errors.VitkitError) and not issubclass(kind, errors.ConfigError)
+    # a study worker that finds a run claimed skips it (None); a configuration mistake inside
+    # the lock is not taken for "busy"
+    s = study.Study(study.StudyPlan(out=str(tmp_path / "s")))
+    (tmp_path / "s" / "claims" / "r").mkdir(parents=True)
+    (tmp_path / "s" / "claims" / "r" / runfolder.LOCK).write_text(
+        f"{os.getpid()} {os.uname().nodename}\n")
+    assert s._claim("r") is None
+
+    def broken(folder):
+        raise errors.ConfigError("a mistake, not a held lock")
+
+    monkeypatch.setattr(runfolder, "lock", broken)
+    with pytest.raises(errors.ConfigError):
+        s._claim("x")

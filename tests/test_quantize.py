@@ -2,7 +2,7 @@
 outlier that naive int8 breaks is found by the sensitivity search and kept in float; the
 command takes a checkpoint, reports both accuracies and writes a file eval reads; an
 unmeetable budget and a calibration folder with no image are one message, exit 2, no file.
-(Every family through the quantiser: tests/test_deploy.py, on its exported files.)"""
+(Every family through the quantizer: tests/test_deploy.py, on its exported files.)"""
 
 import pytest
 import torch
@@ -41,12 +41,12 @@ def test_the_sensitivity_search_keeps_the_outlier_in_float(tmp_path):
     assert "int8 top-1 0.1" in lines[1] or report.float_top1 - float(
         lines[1].split("int8 top-1 ")[1].split()[0]) > 0.5  # naive int8 breaks it
     assert report.written and report.loss <= 0.01
-    assert 0 < len(report.kept_float) <= 4 < report.quantised
+    assert 0 < len(report.kept_float) <= 4 < report.quantized
     assert OnnxModel(tmp_path / "q.onnx").metadata["vitkit.int8"]
 
 
 
-def test_the_command_quantises_a_checkpoint_and_eval_reads_the_result(tmp_path, capsys):
+def test_the_command_quantizes_a_checkpoint_and_eval_reads_the_result(tmp_path, capsys):
     out = tmp_path / "int8.onnx"
     assert main(["quantize", str(TRAINED), str(out), "--data", "digits"]) == 0
     printed = capsys.readouterr().out
@@ -71,6 +71,12 @@ def test_an_unmeetable_budget_writes_nothing(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "over the budget of 1" in err and "Nothing was written" in err
     assert not out.exists() and list(tmp_path.iterdir()) == [src]
+    from vitkit.deploy.quantize import quantize
+    from vitkit.errors import ConfigError, OverBudget
+
+    with pytest.raises(OverBudget) as over:  # its own type, not a configuration mistake
+        quantize(src, out, data="digits", max_float=0)
+    assert not isinstance(over.value, ConfigError) and not out.exists()
     # told to, it writes the model and says it is over the budget
     assert main(["quantize", str(src), str(out), "--data", "digits", "--max-float", "0",
                  "--force"]) == 0

@@ -150,7 +150,7 @@ def test_the_study_resumes_and_keeps_weights_only_where_needed(tmp_path, monkeyp
                         or real_train(cfg, resume=resume))
     assert main(argv) == 0
     assert trained == [f"{arm}-f0.1-s0" for arm in POINT]
-    printed = capsys.readouterr().out
+    printed = capsys.readouterr().err  # progress lines: the vitkit log, on stderr
     assert "[1/5] resnet18_w16, 10%" in printed and "elapsed, about" in printed
     assert "[4/5] ViT distilled from resnet18_w16" in printed
     # the teacher's weights went once its student trained; every run kept config and metrics
@@ -162,7 +162,7 @@ def test_the_study_resumes_and_keeps_weights_only_where_needed(tmp_path, monkeyp
 
     trained.clear()  # run again: nothing to do, the same report
     assert main(argv) == 0
-    assert trained == [] and "done before" in capsys.readouterr().out
+    assert trained == [] and "done before" in capsys.readouterr().err
     assert (out / "study.csv").read_text() == first
 
     (out / "results" / "vit-f0.1-s0.json").unlink()  # a crash during that run
@@ -187,7 +187,7 @@ def test_a_run_interrupted_before_its_record_is_resumed_not_retrained(tmp_path, 
     capsys.readouterr()
     assert main(argv) == 0
     assert resumed == [("vit-f0.1-s0", out / "vit-f0.1-s0")]
-    assert "vit-f0.1-s0 stopped before it finished: resuming it" in capsys.readouterr().out
+    assert "vit-f0.1-s0 stopped before it finished: resuming it" in capsys.readouterr().err
     again = json.loads(record.read_text())
     assert again["top1"] == first["top1"] and again["steps"] == first["steps"]
     # a leftover of another plan (here another learning rate) is not resumed: trained again
@@ -197,7 +197,7 @@ def test_a_run_interrupted_before_its_record_is_resumed_not_retrained(tmp_path, 
     resumed.clear()
     assert main(argv) == 0
     assert resumed == [("vit-f0.1-s0", None)]
-    assert "training it again" in capsys.readouterr().out
+    assert "training it again" in capsys.readouterr().err
 
 
 def test_a_resumed_study_skips_what_is_done_and_retrains_a_missing_teacher(tiny_study,
@@ -234,7 +234,7 @@ def test_tiny_patch_study(tmp_path):
 def test_quick_demo_writes_a_report_with_every_section(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--quick", "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
+    printed = capsys.readouterr().err  # the demo's progress: the vitkit log
     assert "report:" in printed and "vit_micro_patch4_32" in printed and "resnet18" in printed
     assert f"vitkit explore --checkpoint {out / 'vit' / 'best.safetensors'}" in printed
     page = (out / "report.html").read_text()
@@ -318,9 +318,10 @@ def test_bad_converge_options_are_named(tmp_path, capsys, flags, message):
 def test_two_workers_share_a_study_and_train_every_run_once(tmp_path, capfd):
     out = tmp_path / "w"
     assert main([*CONVERGE, "--workers", "2", "--out", str(out)]) == 0
-    printed = capfd.readouterr().out
-    trained = re.findall(r"^worker (\d): \[\d+/\d+\] (.+?), (\d+)% \(\d+ images\), seed (\d)",
-                         printed, re.MULTILINE)
+    printed = capfd.readouterr().err  # every worker's lines: the vitkit log, on stderr
+    trained = re.findall(
+        r"^vitkit: worker (\d): \[\d+/\d+\] (.+?), (\d+)% \(\d+ images\), seed (\d)",
+        printed, re.MULTILINE)
     runs = [(label, pct, seed) for _, label, pct, seed in trained]
     assert len(runs) == len(set(runs)), "a run was trained twice"
     assert {w for w, *_ in trained} == {"0", "1"}, "one worker did all the work"

@@ -42,6 +42,18 @@ class ConfigError(VitkitError):
     """A training option or config file with a wrong name, type or value."""
 
 
+class LockHeld(VitkitError):
+    """A run folder (or a study's claim on a run) that another live vitkit process holds."""
+
+
+class WorkerFailed(VitkitError):
+    """A worker process of a study stopped; every finished run is kept."""
+
+
+class OverBudget(VitkitError):
+    """An int8 model that loses more accuracy than its budget allows; nothing was written."""
+
+
 class DataError(VitkitError):
     """Data that cannot be read or trained on (a missing folder, an empty class, a failed
     download)."""

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,6 +35,8 @@ from vitkit.errors import ConfigError, DataError
 from vitkit.models.cnn import CNN
 from vitkit.train.distributed import setup
 from vitkit.util.files import atomic_write
+
+log = logging.getLogger("vitkit")  # progress lines: the CLI shows them
 
 OPTIONS = "audit-options.json"
 SHARD_SIZE = 256
@@ -205,7 +207,7 @@ class Progress:
 
 
 def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    log.info(line)
 
 
 def run(checkpoint: str | os.PathLike, data: str, out: str | os.PathLike, *,

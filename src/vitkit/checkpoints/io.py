@@ -327,13 +327,15 @@ def load_model(
     act: str | None = None,
     verbose: bool = True,
     pre_logits: bool | None = None,
-) -> VisionTransformer:
-    """Build the ViT a checkpoint file or folder describes and load its weights.
+) -> VisionTransformer | CNN:
+    """Build the model a checkpoint file or folder describes (a ViT, or the ResNet of a CNN
+    checkpoint) and load its weights.
 
     The format (any in :data:`FORMATS`) is detected from the keys and files, and the
     architecture inferred from them and their config. ``num_classes`` different from the
     checkpoint's puts a fresh head on; ``img_size`` different from its resolution
-    interpolates the position table; each is said in one line on stderr. Anything
+    interpolates the position table; each is said in one line of the ``vitkit`` log (INFO; the
+    command line shows it on stderr, with ``verbose=True``). Anything
     else that does not fit is a :class:`CheckpointError` listing every offending key.
     ``keep_pre_logits=False`` drops a pre-logits / pooler layer (JAX, torchvision, HF
     ``ViTModel``; ``pre_logits=``, its old name, still works with a deprecation warning);

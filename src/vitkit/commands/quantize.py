@@ -10,7 +10,7 @@ from vitkit.data.datasets import DATASETS
 NAME = "quantize"
 HELP = "int8 ONNX for the CPU that keeps its accuracy (deploy extra)"
 DESCRIPTION = (
-    "Quantise a model to int8 with onnxruntime: the matrix products in int8, the residual adds, "
+    "Quantize a model to int8 with onnxruntime: the matrix products in int8, the residual adds, "
     "LayerNorm, the softmax and GELU in float, and the products whose int8 version costs the "
     "most (measured one by one) kept in float until int8 loses at most --budget points of "
     "top-1 on --data. Prints the float and int8 top-1; writes nothing over the budget unless "
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> None:
     print(f"{r.images} images of {args.data} ({args.split}): float top-1 {r.float_top1:.4f}, "
           f"int8 top-1 {r.int8_top1:.4f} ({r.loss * 100:+.2f} points lost; budget "
           f"{r.budget * 100:g})")
-    print(f"{r.quantised} products in int8, {len(r.kept_float)} kept in float"
+    print(f"{r.quantized} products in int8, {len(r.kept_float)} kept in float"
           + (": " + ", ".join(r.kept_float) if r.kept_float else ""))
     over = " (over the budget: written because of --force)" if r.loss > r.budget else ""
     print(f"wrote {r.path} ({r.int8_mb:.1f} MB; float {r.float_mb:.1f} MB){over}")

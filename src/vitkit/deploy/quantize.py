@@ -1,13 +1,13 @@
-"""int8 for the CPU that keeps its accuracy: onnxruntime's quantisation of a vitkit ONNX file,
+"""int8 for the CPU that keeps its accuracy: onnxruntime's quantization of a vitkit ONNX file,
 measured on the user's data, with the layers that cannot take it kept in float.
 
 Naive int8 of a ViT can take ImageNet top-1 to 0% (TinyNeuralNetwork #204) until the residual
 adds and a few sensitive layers stay in float. Here only the matrix products (``MatMul``,
-``Gemm``, ``Conv``) are quantised: the residual adds, LayerNorm, the softmax and GELU stay in
+``Gemm``, ``Conv``) are quantized: the residual adds, LayerNorm, the softmax and GELU stay in
 float by construction. Then:
 
 1. the float and int8 models are scored (top-1) on the evaluation images;
-2. if int8 loses more than the budget, every quantised product's sensitivity is measured (the
+2. if int8 loses more than the budget, every quantized product's sensitivity is measured (the
    change of the logits when it alone is int8, on calibration images), and the most sensitive
    are kept in float, 1, 2, 4, ... of them, until the loss is within the budget or
    ``max_float`` of them (default half) are in float (past that int8 gains little);
@@ -16,7 +16,7 @@ float by construction. Then:
 A checkpoint in any layout vitkit reads is exported to ONNX first.
 
 ``mode="static"`` calibrates activation ranges on images from the data (QDQ format, uint8
-activations, int8 per-channel weights); ``"dynamic"`` quantises the weights and computes
+activations, int8 per-channel weights); ``"dynamic"`` quantizes the weights and computes
 activation ranges per batch at run time (no calibration). The outcome is a
 :class:`Quantized` report; the file is written atomically.
 """
@@ -40,8 +40,10 @@ from vitkit.data.datasets import load_split, loose_images
 from vitkit.data.transforms import Transformed, eval_transform
 from vitkit.deploy.onnx_export import export_onnx
 from vitkit.deploy.runtime import OnnxModel, is_onnx
-from vitkit.errors import ConfigError
+from vitkit.errors import ConfigError, OverBudget
 from vitkit.util.files import atomic_write
+
+log = logging.getLogger("vitkit")  # progress lines: the CLI shows them
 
 QUANTISED = ("MatMul", "Gemm", "Conv")  # everything else stays in float
 MODES = ("static", "dynamic")
@@ -58,7 +60,7 @@ class Quantized:
     int8_top1: float
     naive_top1: float  # every product in int8
     budget: float  # the most top-1 (a share, 0.01 = 1 point) int8 may lose
-    quantised: int  # products in int8
+    quantized: int  # products in int8
     kept_float: list[str] = field(default_factory=list)  # products kept in float, by name
     written: bool = False
     path: str = ""
@@ -132,7 +134,7 @@ class Calibration:
 
 def plain_graph(src: Path, dst: Path) -> Path:
     """``src`` without the exporter's recorded intermediate shapes (onnx's shape inference,
-    which the quantiser runs, recomputes them and refuses where a traced one disagrees)."""
+    which the quantizer runs, recomputes them and refuses where a traced one disagrees)."""
     import onnx
 
     proto = onnx.load(str(src))
@@ -148,7 +150,7 @@ def _products(path: Path) -> list:
             if n.op_type in QUANTISED]
 
 
-def quantise_graph(src: Path, dst: Path, mode: str, calibration: Calibration | None,
+def quantize_graph(src: Path, dst: Path, mode: str, calibration: Calibration | None,
                    exclude: list[str], cache: Path | None = None,
                    only: list[str] | None = None) -> None:
     """``src`` (from :func:`plain_graph`) in int8 at ``dst``: the products (all, or ``only``)
@@ -157,11 +159,11 @@ def quantise_graph(src: Path, dst: Path, mode: str, calibration: Calibration | N
     import onnxruntime.quantization as q  # the deploy extra
 
     with _quiet_advice():
-        _run_quantiser(q, src, dst, mode, calibration, exclude, cache, only)
+        _run_quantizer(q, src, dst, mode, calibration, exclude, cache, only)
 
 
 class _Advice(logging.Filter):
-    """onnxruntime's quantiser advises, on the root logger at every call, its pre-processing
+    """onnxruntime's quantizer advises, on the root logger at every call, its pre-processing
     (shape inference, which :func:`plain_graph` leaves to it): not the user's to act on."""
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -178,7 +180,7 @@ def _quiet_advice():
         logging.getLogger().removeFilter(advice)
 
 
-def _run_quantiser(q, src, dst, mode, calibration, exclude, cache, only) -> None:
+def _run_quantizer(q, src, dst, mode, calibration, exclude, cache, only) -> None:
     if mode == "dynamic":
         q.quantize_dynamic(src, dst, op_types_to_quantize=list(QUANTISED), per_channel=True,
                          weight_type=q.QuantType.QInt8, nodes_to_exclude=exclude,
@@ -195,10 +197,10 @@ def _run_quantiser(q, src, dst, mode, calibration, exclude, cache, only) -> None
                     extra_options={"OpTypesToExcludeOutputQuantization": list(QUANTISED)})
 
 
-def sensitivity(src: Path, products: list, quantise, batch: np.ndarray,
+def sensitivity(src: Path, products: list, quantize, batch: np.ndarray,
                 tmp: Path) -> dict[str, float]:
     """Each product's sensitivity: the relative L2 change of the logits on ``batch`` when
-    that product alone is int8 (``quantise(dst, only=[name])``; the calibrated ranges are
+    that product alone is int8 (``quantize(dst, only=[name])``; the calibrated ranges are
     cached, so each costs one graph rewrite and one forward)."""
     import onnxruntime as ort
 
@@ -209,7 +211,7 @@ def sensitivity(src: Path, products: list, quantise, batch: np.ndarray,
     ref = logits(src)
     out = {}
     for node in products:
-        quantise(tmp, only=[node.name])
+        quantize(tmp, only=[node.name])
         out[node.name] = float(np.linalg.norm(logits(tmp) - ref) / max(np.linalg.norm(ref),
                                                                         1e-12))
     return out
@@ -219,12 +221,13 @@ def quantize(src: str | os.PathLike, dst: str | os.PathLike, data: str, *,
              split: str = "val", calibration: str | None = None,
              calibration_images: int = 256, eval_images: int = 2000, budget: float = 0.01,
              mode: str = "static", max_float: float = MAX_FLOAT, force: bool = False,
-             root: str = "data", say=print) -> Quantized:
-    """Quantise ``src`` (a vitkit ONNX file, or any checkpoint vitkit reads, exported first) to
+             root: str = "data", say=None) -> Quantized:
+    """Quantize ``src`` (a vitkit ONNX file, or any checkpoint vitkit reads, exported first) to
     int8 at ``dst`` (see the module docstring). ``data``: a data spec (``imagefolder:PATH``
     for a folder of class folders); its ``split`` gives the accuracy. ``calibration``: a folder
     of images or a data spec whose training split calibrates (default: ``data``'s).
     ``max_float``: the most of the products (a share) the search may keep in float."""
+    say = say or log.info
     if mode not in MODES:
         raise ConfigError(f"--mode must be static or dynamic, got {mode!r}")
     if not 0 <= budget < 1:
@@ -249,7 +252,7 @@ def quantize(src: str | os.PathLike, dst: str | os.PathLike, data: str, *,
         scored = load_split(data, split, side, root=root)
         if len(scored.classes) != fp32.num_classes:
             raise ConfigError(f"{src} has {fp32.num_classes} classes but {data} has "
-                              f"{len(scored.classes)}; quantise on the data the model was "
+                              f"{len(scored.classes)}; quantize on the data the model was "
                               "trained for")
         evaluation = _loader(scored, size, mean, std, eval_images)
         calibrating = None
@@ -271,7 +274,7 @@ def _search(fp32: OnnxModel, dst: Path, mode: str, calibration, evaluation: Data
     say(f"scoring the float model on {len(evaluation.dataset)} images of {scored_on}")
     float_top1 = top1(fp32, evaluation)
     kept: list[str] = []
-    quantise_graph(src, work, mode, calibration, kept, cache)
+    quantize_graph(src, work, mode, calibration, kept, cache)
     int8_top1 = naive_top1 = top1(OnnxModel(work), evaluation)
     say(f"float top-1 {float_top1:.4f}, int8 top-1 {int8_top1:.4f} with all "
         f"{len(products)} products in int8")
@@ -281,23 +284,23 @@ def _search(fp32: OnnxModel, dst: Path, mode: str, calibration, evaluation: Data
                  else next(iter(evaluation))[0].numpy())
         say(f"measuring the sensitivity of each of the {len(products)} products")
         ranked = sorted(sensitivity(
-            src, products, lambda dst, only: quantise_graph(src, dst, mode, calibration, [],
+            src, products, lambda dst, only: quantize_graph(src, dst, mode, calibration, [],
                                                        cache, only),
             batch, tmp / "one.onnx").items(), key=lambda kv: -kv[1])
         k = 1
         while float_top1 - int8_top1 > budget and len(kept) < most:
             kept = [name for name, _ in ranked[:k]]
-            quantise_graph(src, work, mode, calibration, kept, cache)
+            quantize_graph(src, work, mode, calibration, kept, cache)
             int8_top1 = top1(OnnxModel(work), evaluation)
             say(f"kept the {len(kept)} most sensitive product(s) in float: int8 top-1 "
                 f"{int8_top1:.4f}")
             k = min(2 * k, most)
     report = Quantized(mode=mode, images=len(evaluation.dataset), float_top1=float_top1,
                        int8_top1=int8_top1, naive_top1=naive_top1, budget=budget,
-                       quantised=len(products) - len(kept), kept_float=kept,
+                       quantized=len(products) - len(kept), kept_float=kept,
                        float_mb=src.stat().st_size / 1e6, int8_mb=work.stat().st_size / 1e6)
     if report.loss > budget and not force:
-        raise ConfigError(
+        raise OverBudget(
             f"int8 loses {report.loss * 100:.2f} points of top-1 on {scored_on}: "
             f"{float_top1:.4f} -> {int8_top1:.4f}, over the budget of {budget * 100:g} "
             f"with {len(kept)} of {len(products)} products kept in float (at most {most}). "

@@ -8,6 +8,7 @@ attribution, with the digit's box), and writes one self-contained ``report.html`
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,8 @@ from vitkit.train.config import resolve
 from vitkit.train.trainer import train
 from vitkit.viz import plot
 from vitkit.viz.report import Report
+
+log = logging.getLogger("vitkit")  # progress lines: the CLI shows them
 
 
 @dataclass
@@ -62,7 +65,7 @@ def examples(opts: DemoOptions, vit):
             torch.tensor(split.labels[:len(files)]))
 
 
-def run_demo(opts: DemoOptions, say=print) -> Path:
+def run_demo(opts: DemoOptions, say=log.info) -> Path:
     for name in ("img_size", "vit_steps", "cnn_steps", "num_images", "batch_size", "data_size"):
         if getattr(opts, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be 1 or more, got "

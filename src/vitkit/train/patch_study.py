@@ -5,6 +5,7 @@ accuracy against FLOPs per image."""
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -16,6 +17,8 @@ from vitkit.models.cost import flop_model
 from vitkit.recipe import STUDY_WARMUP, study_base, study_budget, study_converge
 from vitkit.train.config import resolve
 from vitkit.train.trainer import train
+
+log = logging.getLogger("vitkit")  # progress lines: the CLI shows them
 
 
 @dataclass
@@ -69,7 +72,8 @@ def _check(opts: PatchStudyOptions) -> None:
                           f"{opts.warmup}")
 
 
-def run_patch_study(opts: PatchStudyOptions, say: Callable[[str], None] = print) -> list[dict]:
+def run_patch_study(opts: PatchStudyOptions,
+                    say: Callable[[str], None] = log.info) -> list[dict]:
     """One ViT per (patch size, image size) on the full data, same steps: accuracy vs FLOPs."""
     _check(opts)
     rows = []

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import sys
 import time
@@ -295,6 +296,7 @@ class RegimeStudy(Study):
 
 if __name__ == "__main__":  # one worker of run_workers: PLAN_JSON K N
     _plan, _k, _n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    logging.basicConfig(level=logging.INFO, format="vitkit: %(message)s", stream=sys.stderr)
     RegimeStudy(plan_from_file(_plan, RegimePlan),
-                say=lambda text: print(f"worker {_k}: {text}", flush=True),
+                say=lambda text: logging.getLogger("vitkit").info(f"worker {_k}: {text}"),
                 worker=(_k, _n)).run()

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from vitkit.errors import ConfigError
+from vitkit.errors import ConfigError, LockHeld
 
 logger = logging.getLogger("vitkit")
 
@@ -76,7 +76,7 @@ def lock(folder: Path) -> RunLock:
         except FileExistsError:
             holder = _holder(path)
             if holder is not None and _alive(*holder):
-                raise ConfigError(
+                raise LockHeld(
                     f"{folder} is being written by another vitkit train (PID {holder[0]} on "
                     f"{holder[1]}); wait for it to finish, or give this run another --name. "
                     f"If no such run is going on, delete {path}") from None
@@ -86,7 +86,7 @@ def lock(folder: Path) -> RunLock:
         finally:
             tmp.unlink(missing_ok=True)
         return RunLock(path)
-    raise ConfigError(f"cannot lock {folder}: another process keeps taking {path}")
+    raise LockHeld(f"cannot lock {folder}: another process keeps taking {path}")
 
 
 def move_aside(folder: Path) -> Path:

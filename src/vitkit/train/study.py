@@ -39,7 +39,7 @@ import torch
 
 from vitkit.data.datasets import load_split
 from vitkit.data.idx import find_idx_folder
-from vitkit.errors import ConfigError
+from vitkit.errors import ConfigError, LockHeld, WorkerFailed
 from vitkit.recipe import study_base, study_budget, study_converge
 from vitkit.train import config as config_io
 from vitkit.train import resume as resume_io
@@ -201,7 +201,7 @@ class StudyPlan:
 
     def schedule(self, steps: int) -> dict:
         """A run's ``steps`` with its warmup, as every study run has it
-        (:func:`vitkit.recipe.study_run`)."""
+        (:func:`vitkit.recipe.study_budget`)."""
         return study_budget(steps, self.warmup)
 
     def converge(self, epochs: int, patience: bool = True) -> dict:
@@ -278,7 +278,7 @@ class Study:
     meet only at the end. A worker that dies leaves its claim to be taken over.
     """
 
-    def __init__(self, plan: StudyPlan, say: Callable[[str], None] = print,
+    def __init__(self, plan: StudyPlan, say: Callable[[str], None] = log.info,
                  worker: tuple[int, int] = (0, 1)) -> None:
         plan.check()
         self.plan, self.say = plan, say
@@ -326,7 +326,7 @@ class Study:
         folder.mkdir(parents=True, exist_ok=True)
         try:
             return runfolder.lock(folder)
-        except ConfigError:
+        except LockHeld:  # another worker holds it: busy, not a mistake
             return None
 
     def label(self, arm: str) -> str:
@@ -627,7 +627,7 @@ def plan_from_file(path: str | Path, cls: type = StudyPlan) -> StudyPlan:
                   if k in cls.__dataclass_fields__})
 
 
-def run_workers(plan: StudyPlan, workers: int, say: Callable[[str], None] = print,
+def run_workers(plan: StudyPlan, workers: int, say: Callable[[str], None] = log.info,
                 study: type = Study, module: str = "vitkit.train.study") -> Study:
     """Run the plan on ``workers`` processes that share the cores: this process is worker 0,
     each other one a ``python -m MODULE`` (``study``'s own: this one for the data study) on the
@@ -650,12 +650,14 @@ def run_workers(plan: StudyPlan, workers: int, say: Callable[[str], None] = prin
         codes = [child.wait() for child in children]
     failed = [f"worker {k} (exit code {code})" for k, code in enumerate(codes, 1) if code]
     if failed:
-        raise ConfigError(f"{', '.join(failed)} stopped; every finished run is kept: run the "
+        raise WorkerFailed(f"{', '.join(failed)} stopped; every finished run is kept: run the "
                           "same command again to resume")
     return study
 
 
 if __name__ == "__main__":  # one worker of run_workers: PLAN_JSON K N
     _plan, _k, _n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    Study(plan_from_file(_plan), say=lambda text: print(f"worker {_k}: {text}", flush=True),
+    # the worker's lines on stderr, as the first worker's (the vitkit log, as the CLI shows it)
+    logging.basicConfig(level=logging.INFO, format="vitkit: %(message)s", stream=sys.stderr)
+    Study(plan_from_file(_plan), say=lambda text: log.info(f"worker {_k}: {text}"),
           worker=(_k, _n)).run()

@@ -32,7 +32,7 @@ from vitkit.checkpoints.io import load_model, save_model
 from vitkit.data.datasets import load_split
 from vitkit.data.transforms import Transformed, eval_transform, sample_seed, train_transform
 from vitkit.diagnose import diagnose_run, start_of_run, to_json
-from vitkit.errors import ConfigError, VitkitError
+from vitkit.errors import ConfigError, LockHeld, VitkitError
 from vitkit.models.cnn import create_cnn, is_cnn
 from vitkit.models.mae import MaskedAutoencoder
 from vitkit.models.registry import build_config, create_model
@@ -289,7 +289,7 @@ def _claim(run_dir: Path, ctx, resume: bool, overwrite: bool):
     if ctx.main:
         try:
             held, created = runfolder.claim(run_dir, resume=resume, overwrite=overwrite)
-        except ConfigError as err:
+        except (ConfigError, LockHeld) as err:  # a folder it may not use, or one held
             error = err
     refused = distributed.all_reduce_sum(torch.tensor(float(error is not None),
                                                       device=ctx.device)).item()

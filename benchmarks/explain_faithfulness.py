@@ -21,7 +21,7 @@ import torch
 
 import vitkit
 from vitkit.data import cluttered_digits
-from vitkit.explain import metrics, trust
+from vitkit.explain import localisation, perturb, trust
 from vitkit.models.bench import machine
 from vitkit.train import resolve, train
 from vitkit.viz import plot
@@ -53,20 +53,20 @@ def random_row(model, images, boxes, args) -> dict:
     """The floor: one random map per image scored like a method."""
     with torch.no_grad():
         target = model(images).argmax(-1)
-    maps = metrics.random_maps(torch.zeros(len(images), *model.grid_size), seed=0)
+    maps = perturb.random_maps(torch.zeros(len(images), *model.grid_size), seed=0)
     size = tuple(images.shape[-2:])
     row = {"method": "random"}
-    for baseline in trust.BASELINES:
+    for baseline in perturb.BASELINES:
         for mode in ("deletion", "insertion"):
-            row[f"{mode}_{baseline}"] = metrics.auc(trust.perturbation_curves(
+            row[f"{mode}_{baseline}"] = perturb.auc(perturb.perturbation_curves(
                 model, images, maps, target, mode=mode, baseline=baseline,
                 steps=args.steps)).mean().item()
     floor = trust.random_floor(model, images, maps, target, n=args.random, steps=args.steps,
-                               seed=1)
+                               baseline=perturb.BASELINES[0], seed=1)
     row.update(percentile_vs_random=floor.percentile.mean().item(),
                win_rate=(floor.p_value <= 0.05).float().mean().item(),
-               pointing=metrics.pointing_game(maps, boxes, size).float().mean().item(),
-               mass_in_box=metrics.mass_in_box(maps, boxes, size).mean().item())
+               pointing=localisation.pointing_game(maps, boxes, size).float().mean().item(),
+               mass_in_box=localisation.mass_in_box(maps, boxes, size).mean().item())
     return row
 
 
@@ -126,8 +126,9 @@ def main() -> None:
     curves = {}
     for method in [r["method"] for r in rows if r["method"] != "random"]:
         e = vitkit.explain.explain_map(model, val.images, method)
-        curves[method] = tuple(trust.perturbation_curves(
-            model, val.images, e.map, e.target, mode=mode, steps=args.steps).mean(0).numpy()
+        curves[method] = tuple(perturb.perturbation_curves(
+            model, val.images, e.map, e.target, mode=mode, baseline=perturb.BASELINES[0],
+            steps=args.steps).mean(0).numpy()
             for mode in ("deletion", "insertion"))
     fractions = torch.linspace(0, 1, args.steps + 1).numpy()
     plot.save(plot.figure_curves(fractions, curves, title="cluttered digits, mean over images"),

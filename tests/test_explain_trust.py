@@ -10,9 +10,9 @@ from doctor_catalogue import TRAINED
 from known_object import OBJECTS, object_detector, object_images
 
 import vitkit
-from vitkit.explain import METHODS, registry, trust
+from vitkit.explain import METHODS, perturb, registry, trust
 from vitkit.explain.gradients import targets
-from vitkit.explain.metrics import auc
+from vitkit.explain.perturb import auc
 
 
 def _perfect_maps() -> torch.Tensor:
@@ -32,16 +32,16 @@ def test_noisy_linear_imputation_fills_a_hole_in_a_ramp_exactly():
     ramp = (0.1 * ys + 0.05 * xs)[None, None].repeat(1, 3, 1, 1)
     removed = torch.zeros(1, 1, 16, 16, dtype=torch.bool)
     removed[..., 5:10, 4:11] = True
-    filled = trust.noisy_linear_fill(ramp, removed, noise=0.0, iterations=400)
+    filled = perturb.noisy_linear_fill(ramp, removed, noise=0.0, iterations=400)
     torch.testing.assert_close(filled, ramp, atol=1e-3, rtol=0)
-    noisy = trust.noisy_linear_fill(ramp, removed, noise=0.01)
+    noisy = perturb.noisy_linear_fill(ramp, removed, noise=0.01)
     assert torch.equal(noisy[~removed.expand_as(noisy)], ramp[~removed.expand_as(ramp)])
     assert 0.003 < (noisy - ramp)[removed.expand_as(noisy)].std() < 0.03
     everything = torch.ones(1, 1, 16, 16, dtype=torch.bool)
-    assert torch.equal(trust.noisy_linear_fill(ramp, everything), torch.zeros_like(ramp))
+    assert torch.equal(perturb.noisy_linear_fill(ramp, everything), torch.zeros_like(ramp))
 
 
-@pytest.mark.parametrize("baseline", trust.BASELINES)
+@pytest.mark.parametrize("baseline", perturb.BASELINES)
 def test_every_baseline_and_order_ranks_the_known_answer_first(baseline):
     """On the hand-built model whose answer is one patch, removing that patch first drops the
     class at the first step under every baseline, removing it last keeps it until the end, and
@@ -50,7 +50,7 @@ def test_every_baseline_and_order_ranks_the_known_answer_first(baseline):
     target = torch.zeros(2, dtype=torch.long)
 
     def curve(mode, order):
-        return trust.perturbation_curves(model, x, perfect, target, mode=mode,
+        return perturb.perturbation_curves(model, x, perfect, target, mode=mode,
                                          baseline=baseline, order=order, steps=8)
 
     most, least = curve("deletion", "most"), curve("deletion", "least")
@@ -62,11 +62,12 @@ def test_every_baseline_and_order_ranks_the_known_answer_first(baseline):
 def test_a_random_map_does_not_beat_the_floor_and_the_answer_does():
     model, x = object_detector(), object_images()
     target = torch.zeros(2, dtype=torch.long)
-    perfect = trust.random_floor(model, x, _perfect_maps(), target, steps=8)
+    perfect = trust.random_floor(model, x, _perfect_maps(), target, steps=8,
+                                 baseline="constant")
     assert (perfect.percentile == 1.0).all() and (perfect.p_value <= 1 / 21 + 1e-6).all()
     g = torch.Generator().manual_seed(7)
     floors = [trust.random_floor(model, x, torch.rand(2, 8, 8, generator=g), target, steps=8,
-                                 seed=s + 1) for s in range(8)]
+                                 baseline="constant", seed=s + 1) for s in range(8)]
     percentiles = torch.cat([f.percentile for f in floors])
     significant = sum(int((f.p_value <= 0.05).sum()) for f in floors)
     assert 0.25 < percentiles.mean().item() < 0.75 and significant <= 2, percentiles
@@ -82,7 +83,8 @@ def test_options_are_checked():
                       (dict(order="first"), "order must be one of most, least"),
                       (dict(mode="both"), "mode must be 'deletion' or 'insertion'")):
         with pytest.raises(ValueError, match=words):
-            trust.perturbation_curves(model, x, _perfect_maps(), t, **kw)
+            perturb.perturbation_curves(model, x, _perfect_maps(), t,
+                                        **{"mode": "deletion", "baseline": "constant", **kw})
 
 
 @pytest.fixture(scope="module")
@@ -153,3 +155,17 @@ def test_rank_correlation_and_ssim():
     assert trust.average_ranks(torch.tensor([[3.0, 1.0, 3.0, 2.0]])).tolist() == [
         [2.5, 0.0, 2.5, 1.0]]
     assert trust.ssim(a, a.flip(-1).flip(-2)).item() < 0
+
+
+@pytest.mark.parametrize("percentile, randomised, sensitive, fails", [
+    (0.9, True, True, []),
+    (1.0, True, True, []),
+    (0.85, True, True, ["random maps"]),
+    (0.95, False, True, ["model randomisation"]),
+    (0.5, True, False, ["random maps", "class sensitivity"]),
+])
+def test_the_verdict_needs_the_floor_and_both_checks(percentile, randomised, sensitive, fails):
+    said = trust.verdict(percentile, randomised, sensitive)
+    assert said.trusted == (not fails) and said.fails == fails
+    assert said.text.startswith("Trust it for" if not fails else "Trust it less")
+    assert all(name in said.text for name in fails)

@@ -134,6 +134,11 @@ def test_token_rows_methods_stats_and_causal_match_the_library(client, explorer)
     drops, _ = causal.head_importance(explorer.model, x, 3, "prob")
     assert exact["importance_kind"] == "exact"
     np.testing.assert_allclose(decode(exact["importance"]), drops[0], rtol=1e-4, atol=1e-6)
+    # the page draws the server's rank correlation; scipy's Spearman is the reference
+    from scipy.stats import spearmanr
+
+    rho = spearmanr(drops[0].flatten().numpy(), estimate[0].flatten().numpy()).statistic
+    assert exact["correlation_with_estimate"] == pytest.approx(rho, abs=1e-5)
     lens = causal.logit_lens(explorer.model, x)[:, 0].softmax(-1)
     np.testing.assert_allclose(c["lens_prob"], lens[:, 3], rtol=1e-5)
     assert c["lens_top"] == lens.argmax(-1).tolist()
@@ -146,22 +151,54 @@ def test_faithfulness_curves_against_a_random_map(client, explorer):
                                                     steps=8)).json()
     assert r["rows"] == ["map", "random"] and len(r["fractions"]) == 9
     x, logits, maps = direct(explorer.model, data)
-    from vitkit.explain.metrics import deletion_insertion, random_maps
+    from vitkit.explain.perturb import random_maps
 
     m = explain.explain_map(explorer.model, x, "rollout").map
-    want = deletion_insertion(explorer.model, x.expand(2, -1, -1, -1),
-                              torch.cat([m, random_maps(m)]), logits.argmax(-1).repeat(2), 8)
-    np.testing.assert_allclose(r["deletion"], want.deletion, rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(r["insertion_auc"], want.insertion_auc, rtol=1e-4, atol=1e-6)
+    cls = int(logits.argmax())
+    assert r["baseline"] == "constant" and r["target"] == cls
+    for row, ranking in enumerate((m, random_maps(m))):
+        deletion, insertion = deletion_by_hand(explorer.model, x, ranking[0], cls, steps=8)
+        np.testing.assert_allclose(r["deletion"][row], deletion, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(r["insertion"][row], insertion, rtol=1e-4, atol=1e-6)
+        trapezoids = (np.sum(deletion) - (deletion[0] + deletion[-1]) / 2) / 8
+        assert r["deletion_auc"][row] == pytest.approx(trapezoids, abs=1e-5)
     # the verdict rests on 20 random maps and the two sanity checks, as vitkit trust computes
     from vitkit.explain import trust
 
-    floor = trust.random_floor(explorer.model, x, m, logits.argmax(-1), steps=8)
+    floor = trust.random_floor(explorer.model, x, m, logits.argmax(-1), steps=8,
+                               baseline="constant")
     assert r["random_maps"] == 20 and r["percentile"] == pytest.approx(floor.percentile.item())
     assert r["p_value"] == pytest.approx(floor.p_value.item())
-    assert r["randomisation"]["passes"] == trust.randomisation_check(
-        explorer.model, x, "rollout").passes
+    randomised = trust.randomisation_check(explorer.model, x, "rollout").passes
+    assert r["randomisation"]["passes"] == randomised
     assert r["class_sensitivity"] == {"passes": False, "correlation": pytest.approx(1.0)}
+    # rollout is the same for every class: the page is told not to trust it, and why
+    assert r["verdict"]["trusted"] is False and "class sensitivity" in r["verdict"]["fails"]
+    assert r["verdict"]["text"] == trust.verdict(floor.percentile.item(), randomised,
+                                                 False).text
+
+
+def deletion_by_hand(model, x, ranking, cls: int, steps: int):
+    """Deletion and insertion written out patch by patch: the patches in the order of
+    ``ranking`` (gh, gw; ties by position), after k of ``steps`` steps the first k N / steps of
+    them zeroed (deletion) or the only ones kept on a zero image (insertion); the class's
+    probability at each step."""
+    gh, gw = ranking.shape
+    ph, pw = x.shape[-2] // gh, x.shape[-1] // gw
+    values = ranking.flatten().tolist()
+    order = sorted(range(gh * gw), key=lambda i: -values[i])
+    deletion, insertion = [], []
+    for k in range(steps + 1):
+        deleted, inserted = x.clone(), torch.zeros_like(x)
+        for p in order[:round(k * gh * gw / steps)]:
+            r, c = divmod(p, gw)
+            rows, cols = slice(r * ph, (r + 1) * ph), slice(c * pw, (c + 1) * pw)
+            deleted[..., rows, cols] = 0
+            inserted[..., rows, cols] = x[..., rows, cols]
+        with torch.no_grad():
+            deletion.append(model(deleted).softmax(-1)[0, cls].item())
+            insertion.append(model(inserted).softmax(-1)[0, cls].item())
+    return np.array(deletion), np.array(insertion)
 
 
 def test_fused_heads_samples_multipart_and_export(client, explorer):

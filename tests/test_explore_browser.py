@@ -593,3 +593,37 @@ def test_an_lrp_map_shows_where_the_logit_goes_as_the_library_computes_it(page_a
             shown = f"{lrp.BUDGET_LABELS[part]} {100 * float(value[0] / logit):.1f}%"
             assert shown in caption, (shown, caption)
         assert not problems, problems
+
+
+def test_the_pages_trust_verdict_is_the_librarys(page_at):
+    """The faithfulness panel shows the verdict vitkit.explain.trust gives for the same map:
+    the random maps beaten and the sentence, on the doctor catalogue's trained ViT, for a map
+    that is the same for every class (rollout) and a class-specific one (chefer)."""
+    from doctor_catalogue import TRAINED
+
+    import vitkit
+    from vitkit.explain import trust
+
+    explorer = Explorer(vitkit.load_model(TRAINED, verbose=False))
+    with page_for(page_at, explorer) as (page, problems):
+        pick_digit(page)
+        x = explorer.view(page.evaluate("S.view.image")).x
+        said = []
+        for method in ("rollout", "chefer"):
+            page.evaluate("document.getElementById('faith-text').textContent = ''")
+            page.select_option("#faith-method", method)
+            page.click("#faith-run")
+            until(page, "document.getElementById('faith-text').textContent.includes('Trust it')")
+            text = page.text_content("#faith-text")
+            e = explain.explain_map(explorer.model, x, method)
+            floor = trust.random_floor(explorer.model, x, e.map, e.target,
+                                       baseline=trust.VERDICT_BASELINE)
+            want = trust.verdict(floor.percentile.item(),
+                                 trust.randomisation_check(explorer.model, x, method).passes,
+                                 trust.class_sensitivity(explorer.model, x, method).passes)
+            beaten = round(floor.percentile.item() * trust.RANDOM_MAPS)
+            assert f"Beats {beaten} of {trust.RANDOM_MAPS} random maps" in text, text
+            assert text.endswith(want.text), (text, want)
+            said.append(want.trusted)
+        assert said[0] is False  # rollout explains no class in particular
+        assert not problems, problems

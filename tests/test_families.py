@@ -363,7 +363,7 @@ def test_after_a_resize_the_families_equal_timm(tmp_path, name):
     dict(pool="map", class_token=False, act="gelu_tanh"),
 ], ids=["dinov2-registers", "deit3", "clip", "siglip"])
 def test_every_applicable_method_and_the_metrics_work_for_each_family(kw):
-    from vitkit.explain import metrics
+    from vitkit.explain import perturb
     from vitkit.explain.methods import applicable
 
     model = small_vit(scale=0.2, **kw)
@@ -385,7 +385,7 @@ def test_every_applicable_method_and_the_metrics_work_for_each_family(kw):
         assert not torch.allclose(out.map[0], out.map[1]), method
     # the curves are the model's own probabilities: deletion starts from the image and ends at
     # the baseline (zeros), insertion ends at the image; both are probabilities
-    curves = metrics.deletion_insertion(model, x, out.map, out.target)
+    curves = perturb.deletion_insertion(model, x, out.map, out.target, baseline="constant")
     with torch.no_grad():
         p_image = model(x).softmax(-1).gather(1, out.target[:, None])[:, 0]
         p_zeros = model(torch.zeros_like(x)).softmax(-1).gather(1, out.target[:, None])[:, 0]

@@ -33,6 +33,10 @@ def test_trust_writes_the_table_for_every_applicable_method(tmp_path, capsys):
         assert 0.0 <= float(r["percentile_vs_random"]) <= 1.0
         assert r["randomisation"] in ("pass", "fail") and r["pointing"] != ""
         assert {"deletion_noisy-linear", "insertion_blur"} <= set(r)
+        # the verdict column is the rule the explorer shows: 90% of random maps and both checks
+        trusted = (float(r["percentile_vs_random"]) >= 0.9 and r["randomisation"] == "pass"
+                   and r["class_sensitivity"] == "pass")
+        assert r["verdict"] == ("trust" if trusted else "trust less"), r
         # where each LRP method's logit goes: shares of the five parts, summing to one
         shares = [r.get(f"budget_{part}", "") for part in BUDGET_PARTS]
         if r["method"] in ("attnlrp", "cp-lrp"):

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from vitkit.explain.metrics import box_masks
-from vitkit.explain.trust import noisy_linear_fill
+from vitkit.explain.localisation import box_masks
+from vitkit.explain.perturb import noisy_linear_fill
 
 SMALL_REGION = 0.1  # a region of at most this share of the patches is small
 REGION_MASS = 0.5  # a cluster's region: the fewest top patches holding this share of its map

@@ -12,7 +12,7 @@ import math
 import torch
 
 from vitkit.errors import ConfigError
-from vitkit.explain.metrics import mass_in_box
+from vitkit.explain.localisation import mass_in_box
 
 CORNERS = ("top_left", "top_right", "bottom_left", "bottom_right")
 

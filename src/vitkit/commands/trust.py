@@ -8,7 +8,7 @@ import sys
 
 from vitkit.checkpoints import load_model
 from vitkit.errors import ConfigError
-from vitkit.explain import trust
+from vitkit.explain import perturb, trust
 from vitkit.explain.methods import METHODS
 from vitkit.viz import trust as trust_report
 
@@ -30,8 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--count", type=int, default=32, help="images checked (default 32)")
     p.add_argument("--methods", nargs="+", choices=list(METHODS), default=None,
                    help="methods to check (default: every one that applies to the model)")
-    p.add_argument("--baselines", nargs="+", choices=trust.BASELINES,
-                   default=list(trust.BASELINES),
+    p.add_argument("--baselines", nargs="+", choices=perturb.BASELINES,
+                   default=list(perturb.BASELINES),
                    help="what removed patches are filled with (default: all three)")
     p.add_argument("--random", type=int, default=trust.RANDOM_MAPS,
                    help=f"random maps per image for the floor (default {trust.RANDOM_MAPS})")

@@ -5,10 +5,9 @@ moves the image off the data the model saw, so the drop in probability measures 
 much as the map (ROAD, Rong et al. 2022). So the curves here take a choice of baseline and of
 order, and a map is judged against many random maps rather than one:
 
-- :func:`perturbation_curves`: deletion or insertion, most- or least-relevant patches first,
-  the removed pixels filled with a constant (``"constant"``), a blurred copy (``"blur"``) or
-  ROAD's noisy linear imputation from their neighbours (``"noisy-linear"``), every step of an
-  image in one batched forward.
+- :func:`vitkit.explain.perturb.perturbation_curves` (the one deletion and insertion):
+  most- or least-relevant patches first, the removed pixels filled with a constant, a
+  blurred copy or ROAD's noisy linear imputation; each caller names its baseline.
 - :func:`random_floor`: a map's AUC as a percentile among ``n`` random maps, with its p-value.
 - :func:`randomisation_check`: Adebayo et al. 2018's model-randomisation test: re-initialise the
   weights from the head down, block by block; a map that barely changes copies the input or the
@@ -26,102 +25,23 @@ import time
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
-from torchvision.transforms.v2.functional import gaussian_blur
 
-from vitkit.errors import ExplainError
-from vitkit.explain.metrics import (
-    auc,
-    class_probabilities,
-    mass_in_box,
-    pointing_game,
-    step_masks,
-)
+from vitkit.explain.localisation import mass_in_box, pointing_game
+from vitkit.explain.perturb import BASELINES, auc, perturbation_curves
 from vitkit.explain.registry import METHODS, applicable, explain_map
 
-BASELINES = ("constant", "blur", "noisy-linear")
-ORDERS = ("most", "least")  # most-relevant first (MoRF) or least-relevant first (LeRF)
 RANDOM_MAPS = 20  # random maps per image for the floor
-ROAD_NOISE = 0.01  # ROAD's noise on imputed pixels (std, in the model's input units)
+# The verdict "trust this map": its deletion AUC (most relevant first, the removed patches set
+# to zero) beats this share of random maps, and it passes both sanity checks below. The
+# explorer, vitkit attention --faithfulness and vitkit trust's first column all use it.
+VERDICT_BASELINE = "constant"
+TRUSTED_PERCENTILE = 0.9
 # Adebayo et al. 2018: a map whose rank correlation with the trained model's map stays high
 # after every block is re-initialised does not depend on what the model learned.
 RANDOMISED_MAX_CORRELATION = 0.5
 # A map for the predicted class this close (rank correlation) to the map for the least likely
 # class explains no class in particular.
 CLASS_MAX_CORRELATION = 0.9
-# ROAD's linear imputation: a removed pixel is the weighted mean of its 8 neighbours (direct
-# 1/6, diagonal 1/12), i.e. the discrete Laplace equation with the kept pixels as boundary.
-_NEIGHBOURS = torch.tensor([[1 / 12, 1 / 6, 1 / 12], [1 / 6, 0.0, 1 / 6],
-                            [1 / 12, 1 / 6, 1 / 12]])
-
-
-def blur(images: torch.Tensor) -> torch.Tensor:
-    """A strong Gaussian blur (kernel about a quarter of the image, as RISE's insertion)."""
-    h, w = images.shape[-2:]
-    k = max(3, (min(h, w) // 4) | 1)
-    return gaussian_blur(images, [k, k], [k / 2.0, k / 2.0])
-
-
-def noisy_linear_fill(images: torch.Tensor, removed: torch.Tensor, noise: float = ROAD_NOISE,
-                      iterations: int | None = None, seed: int = 0) -> torch.Tensor:
-    """``images`` (N, C, H, W) with the ``removed`` pixels (bool (N, 1 or C, H, W)) imputed
-    from their neighbours (ROAD's linear imputation, solved by Jacobi iterations from the kept
-    pixels' mean), plus Gaussian noise of std ``noise``. Where nothing is kept, zeros."""
-    removed = removed.expand_as(images)
-    kept = ~removed
-    count = kept.flatten(2).sum(-1).clamp_min(1)[..., None, None]
-    mean = (images * kept).flatten(2).sum(-1)[..., None, None] / count
-    x = torch.where(removed, mean.expand_as(images), images)
-    c = images.shape[1]
-    kernel = _NEIGHBOURS.to(images)[None, None].expand(c, 1, 3, 3)
-    steps = iterations if iterations is not None else 2 * max(images.shape[-2:])
-    for _ in range(steps):
-        smooth = F.conv2d(F.pad(x, (1, 1, 1, 1), mode="replicate"), kernel, groups=c)
-        x = torch.where(removed, smooth, images)
-    if noise > 0:
-        g = torch.Generator().manual_seed(seed)
-        x = x + removed * noise * torch.randn(x.shape, generator=g).to(x)
-    nothing_kept = kept.flatten(1).sum(-1) == 0
-    return torch.where(nothing_kept[:, None, None, None], torch.zeros_like(x), x)
-
-
-def _fill(images: torch.Tensor, removed: torch.Tensor, baseline: str, seed: int) -> torch.Tensor:
-    """(B, S, C, H, W) images with the ``removed`` (B, S, 1, H, W) pixels filled."""
-    if baseline == "constant":
-        return torch.where(removed, torch.zeros_like(images), images)
-    if baseline == "blur":
-        blurred = blur(images[:, 0])[:, None].expand_as(images)
-        return torch.where(removed, blurred, images)
-    if baseline == "noisy-linear":
-        b, s = images.shape[:2]
-        flat = noisy_linear_fill(images.reshape(b * s, *images.shape[2:]),
-                                 removed.reshape(b * s, *removed.shape[2:]), seed=seed)
-        return flat.reshape(images.shape)
-    raise ExplainError(f"baseline must be one of {', '.join(BASELINES)}, got {baseline!r}")
-
-
-def perturbation_curves(model, images: torch.Tensor, maps: torch.Tensor, target: torch.Tensor,
-                        *, mode: str = "deletion", baseline: str = "constant",
-                        order: str = "most", steps: int = 16, batch_size: int = 256,
-                        seed: int = 0) -> torch.Tensor:
-    """The target's probability (B, S+1) as patches are removed (``mode="deletion"``) or
-    revealed (``"insertion"``) in the map's order, ``steps`` steps from none to all.
-
-    Deletion removes the patches from the image; insertion reveals them on an image whose
-    every patch is removed. Lower deletion and higher insertion (most-relevant first) are more
-    faithful; least-relevant first reverses both.
-    """
-    if mode not in ("deletion", "insertion"):
-        raise ExplainError(f"mode must be 'deletion' or 'insertion', got {mode!r}")
-    if order not in ORDERS:
-        raise ExplainError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
-    if maps.shape[0] != images.shape[0]:
-        raise ExplainError(f"{maps.shape[0]} maps for {images.shape[0]} images")
-    ranked = maps if order == "most" else -maps
-    chosen = step_masks(ranked, steps, tuple(images.shape[-2:]))[:, :, None]  # (B, S+1, 1, H, W)
-    removed = chosen if mode == "deletion" else ~chosen
-    expanded = images[:, None].expand(-1, steps + 1, -1, -1, -1)
-    return class_probabilities(model, _fill(expanded, removed, baseline, seed), target, batch_size)
 
 
 @dataclass
@@ -137,7 +57,7 @@ class Floor:
 
 
 def random_floor(model, images: torch.Tensor, maps: torch.Tensor, target: torch.Tensor, *,
-                 n: int = RANDOM_MAPS, mode: str = "deletion", baseline: str = "constant",
+                 baseline: str, n: int = RANDOM_MAPS, mode: str = "deletion",
                  order: str = "most", steps: int = 16, batch_size: int = 256,
                  seed: int = 0, own_auc: torch.Tensor | None = None) -> Floor:
     """The map's AUC as a percentile among ``n`` uniformly random maps of each image;
@@ -269,6 +189,31 @@ def class_sensitivity(model, images: torch.Tensor, method: str, **options) -> Cl
     return ClassSensitivity(rank_correlation(top.map, other.map))
 
 
+@dataclass
+class Verdict:
+    """Whether to trust a map: ``trusted`` when it beats TRUSTED_PERCENTILE of the random maps
+    and passes both sanity checks; ``fails`` names the checks it does not pass; ``text`` says
+    it in one sentence (what the explorer shows)."""
+
+    trusted: bool
+    fails: list[str]
+    text: str
+
+
+def verdict(percentile: float, randomisation_passes: bool, class_passes: bool) -> Verdict:
+    """The one "trust this map" rule (the explorer, vitkit attention and vitkit trust read it
+    from here): ``percentile`` is the map's share of random maps beaten (:func:`random_floor`,
+    deletion under VERDICT_BASELINE); the other two are :class:`Randomisation` and
+    :class:`ClassSensitivity`'s ``passes``."""
+    fails = [name for name, ok in (("random maps", percentile >= TRUSTED_PERCENTILE),
+                                   ("model randomisation", randomisation_passes),
+                                   ("class sensitivity", class_passes)) if not ok]
+    if not fails:
+        return Verdict(True, [], "Trust it for this image.")
+    return Verdict(False, fails, "Trust it less: it fails " + ", ".join(fails) + ", a check a "
+                   "random or model-blind map would fail.")
+
+
 # ------------------------------------------------------------------------------ the table
 def score_maps(model, images: torch.Tensor, maps: torch.Tensor, target: torch.Tensor, *,
                boxes: torch.Tensor | None = None, baselines: tuple[str, ...] = BASELINES,
@@ -324,6 +269,8 @@ def method_table(model, images: torch.Tensor, *, boxes: torch.Tensor | None = No
         sensitive = class_sensitivity(model, few, method)
         row["class_sensitivity"] = "pass" if sensitive.passes else "fail"
         row["class_correlation"] = sensitive.correlation.mean().item()
+        row["verdict"] = "trust" if verdict(row["percentile_vs_random"], randomised.passes,
+                                            sensitive.passes).trusted else "trust less"
         row.update(budget_shares(model, few, method))
         rows.append(row)
         if progress is not None:

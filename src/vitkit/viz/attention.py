@@ -18,7 +18,7 @@ from vitkit.errors import ImageError, StorageError, VitkitError
 from vitkit.explain import trust
 from vitkit.explain.attention import cls_attention
 from vitkit.explain.methods import applicable, explain_map
-from vitkit.explain.metrics import deletion_insertion, random_maps
+from vitkit.explain.perturb import deletion_insertion, random_maps
 from vitkit.models.cnn import is_cnn
 from vitkit.viz import plot
 
@@ -188,13 +188,16 @@ def _explain_one(model, path: Path, stage: Path, o: _Settings) -> ImageReport:
     if o.faithfulness:
         curves = {}
         for name, m in ((o.method, explanation.map), ("random", random_maps(explanation.map))):
-            c = deletion_insertion(model, x, m, explanation.target)
+            c = deletion_insertion(model, x, m, explanation.target,
+                                   baseline=trust.VERDICT_BASELINE)
             curves[name] = (c.deletion[0].numpy(), c.insertion[0].numpy())
             report.faithfulness[name] = {"deletion_auc": float(c.deletion_auc[0]),
                                          "insertion_auc": float(c.insertion_auc[0])}
         # the verdict: against many random maps, not the one drawn above
-        floor = trust.random_floor(model, x, explanation.map, explanation.target)
+        floor = trust.random_floor(model, x, explanation.map, explanation.target,
+                                   baseline=trust.VERDICT_BASELINE)
         report.faithfulness[o.method].update(
+            baseline=trust.VERDICT_BASELINE,
             percentile_vs_random=float(floor.percentile[0]), p_value=float(floor.p_value[0]))
         plot.save(plot.figure_curves(c.fractions.numpy(), curves, title=title),
                   stage / "faithfulness.png")

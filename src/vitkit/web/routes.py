@@ -243,8 +243,8 @@ class Api:
             r = explorer.faithfulness(view, method, target, steps, progress=progress,
                                            **options)
             curves = ("fractions", "deletion", "insertion", "deletion_auc", "insertion_auc")
-            verdicts = ("percentile", "p_value", "random_maps", "randomisation",
-                        "class_sensitivity")
+            verdicts = ("baseline", "percentile", "p_value", "random_maps", "randomisation",
+                        "class_sensitivity", "verdict")
             return dict(target=r["target"], **{k: r[k].tolist() for k in curves},
                         **{k: r[k] for k in verdicts}, rows=["map", "random"])
         return answer
@@ -287,7 +287,8 @@ class Api:
         def answer(progress=None) -> dict:
             c = explorer.exact_importance(view, target, measure, progress)
             return dict(target=c["target"], measure=c["measure"],
-                        importance=encode(c["importance"]), importance_kind="exact")
+                        importance=encode(c["importance"]), importance_kind="exact",
+                        correlation_with_estimate=c["correlation_with_estimate"])
         return answer
 
     # --------------------------------------------------------------------- background jobs

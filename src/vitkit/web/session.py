@@ -36,9 +36,10 @@ from PIL import Image
 from vitkit import explain
 from vitkit.data.images import cover, crop_box, decode_image, preprocess, preprocessing
 from vitkit.errors import VitkitError
-from vitkit.explain import causal, stats
+from vitkit.explain import causal, stats, trust
 from vitkit.explain.attention import HEAD_FUSIONS
 from vitkit.explain.methods import METHODS, applicable
+from vitkit.explain.perturb import deletion_insertion, random_maps
 from vitkit.models.cnn import is_cnn
 from vitkit.web import checks
 from vitkit.web.cache import LRU, cache_budget, nbytes
@@ -292,10 +293,6 @@ class Explorer:
         partial)``) before the 20 random maps and the sanity checks. A constant map (all
         zeros included) ranks no patch above another: it gets no score, and the error says
         so."""
-        # torchvision (the train extra) blurs the inserted image: optional for the explorer
-        from vitkit.explain import trust
-        from vitkit.explain.metrics import deletion_insertion, random_maps
-
         if not self.has_classifier:
             raise VitkitError(checks.NO_HEAD)
         tick = progress or (lambda fraction, partial=None: None)
@@ -309,28 +306,35 @@ class Explorer:
             tick(0.05)
             maps = torch.cat([shown.map, random_maps(shown.map)])
             curves = deletion_insertion(self.model, view.x.expand(2, -1, -1, -1), maps,
-                                        torch.tensor([cls, cls]), steps=steps)
-            tick(0.2, dict(target=cls, fractions=curves.fractions.tolist(),  # drawn at once
+                                        torch.tensor([cls, cls]), steps=steps,
+                                        baseline=trust.VERDICT_BASELINE)
+            tick(0.2, dict(target=cls, baseline=curves.baseline,  # drawn at once
+                           fractions=curves.fractions.tolist(),
                            deletion=curves.deletion.tolist(), insertion=curves.insertion.tolist(),
                            deletion_auc=curves.deletion_auc.tolist(),
                            insertion_auc=curves.insertion_auc.tolist()))
             floor = trust.random_floor(self.model, view.x, shown.map, shown.target,
-                                       steps=steps)
+                                       steps=steps, baseline=trust.VERDICT_BASELINE,
+                                       own_auc=curves.deletion_auc[:1])
             tick(0.45)
             used = {k: v for k, v in options.items() if k in METHODS[method].options}
             randomised = trust.randomisation_check(self.model, view.x, method,
                                                    target=shown.target, **used)
             tick(0.85)
             sensitive = trust.class_sensitivity(self.model, view.x, method, **used)
-            return dict(fractions=curves.fractions, deletion=curves.deletion,
+            percentile = float(floor.percentile[0])
+            said = trust.verdict(percentile, randomised.passes, sensitive.passes)
+            return dict(baseline=trust.VERDICT_BASELINE, fractions=curves.fractions,
+                        deletion=curves.deletion,
                         insertion=curves.insertion, deletion_auc=curves.deletion_auc,
                         insertion_auc=curves.insertion_auc, target=cls,
-                        percentile=float(floor.percentile[0]), p_value=float(floor.p_value[0]),
+                        percentile=percentile, p_value=float(floor.p_value[0]),
                         random_maps=floor.random.shape[1],
                         randomisation=dict(passes=randomised.passes,
                                            correlation=randomised.correlation[-1]),
                         class_sensitivity=dict(passes=sensitive.passes,
-                                               correlation=float(sensitive.correlation[0])))
+                                               correlation=float(sensitive.correlation[0])),
+                        verdict=dict(trusted=said.trusted, fails=said.fails, text=said.text))
         return self._cached(key, compute)
 
     def head_stats(self, view: View) -> dict:
@@ -373,15 +377,18 @@ class Explorer:
     def exact_importance(self, view: View, target: int | None, measure: str = "logit",
                          progress: Callable[[float], None] | None = None) -> dict:
         """Every head's importance for ``target`` by ablation (one forward per layer),
-        ``progress(fraction)`` after each layer: the exact numbers the estimate approximates."""
+        ``progress(fraction)`` after each layer: the exact numbers the estimate approximates,
+        and their rank correlation with the estimate (Spearman, ties at their mean rank)."""
         target = self._class(target, view)
         checks.measure_name(measure)
 
         def compute():
             drops, _ = causal.head_importance(self.model, view.x, target, measure,
                                               progress=progress)
+            estimate = self.causal(view, target, measure)["importance"]
+            rho = trust.rank_correlation(drops[0][None], estimate[None])
             return dict(target=target, measure=measure, importance=drops[0],
-                        importance_kind="exact")
+                        importance_kind="exact", correlation_with_estimate=float(rho[0]))
         return self._cached(("exact-importance", view.id, target, measure), compute)
 
     # ---------------------------------------------------------------------- what it exports

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 import vitkit
-from vitkit.audit.run import Audit, finish, scan, transform_for
+from vitkit.audit.analysis import Audit, finish, scan, transform_for
 from vitkit.audit.spray import cluster
 from vitkit.audit.store import _first
 from vitkit.data.datasets import load_split

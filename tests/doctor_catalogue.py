@@ -31,6 +31,7 @@ from vitkit.checkpoints import timm as timm_format
 from vitkit.data.datasets import load_split
 from vitkit.data.images import Preprocess, preprocessing
 from vitkit.diagnose import diagnose
+from vitkit.recipe import plan_run
 from vitkit.train import resolve, train
 
 DATA = Path(__file__).parent / "data" / "doctor"
@@ -63,11 +64,12 @@ def _real(name: str) -> Callable[[Path], Path]:
     return build
 
 
-def _vitkit_run(config: dict, rows: list[tuple], log: str = "", images: int = 200_000,
+def _vitkit_run(config: dict, rows: list[tuple], planned: bool = True, images: int = 200_000,
                 classes: int = 10, columns=("train_loss", "val_loss", "val_top1"),
-                plan: dict | None = None) -> Callable[[Path], Path]:
+                ) -> Callable[[Path], Path]:
     """A vitkit run folder with ``rows`` of (train_loss, val_loss, val_top1) per epoch, 100
-    optimizer steps an epoch."""
+    optimizer steps an epoch; ``planned``: with the run.json the trainer writes (its plan of
+    ``images`` and ``classes`` in one process)."""
     def build(folder: Path) -> Path:
         folder = folder / "run"
         folder.mkdir()
@@ -79,10 +81,8 @@ def _vitkit_run(config: dict, rows: list[tuple], log: str = "", images: int = 20
         lines += [f"{i + 1},{100 * (i + 1)}," + ",".join(str(v) for v in row)
                   for i, row in enumerate(rows)]
         (folder / "metrics.csv").write_text("\n".join(lines) + "\n")
-        if log is not None:
-            (folder / "train.log").write_text(
-                f"data imagefolder: {images} train, 5000 val images, {classes} classes\n" + log)
-        if plan is not None:
+        if planned:
+            plan = plan_run(full, images, classes).to_dict()
             (folder / "run.json").write_text(json.dumps(plan))
         return folder
     return build
@@ -243,8 +243,9 @@ RUN_CASES = [
          ("run.recipe", "warning")),
     Case("SGD fine-tuning at lr 0.01 (the ViT paper's recipe)", "run", "edited",
          _vitkit_run({"opt": "sgd", "lr": 0.01, "init": "pretrained.pth"}, CONVERGING), None),
-    Case("AdamW at 2e-2 per 512 with 8 accumulation steps, no train.log", "run", "edited",
-         _vitkit_run({"lr": 2e-2, "batch_size": 64, "accum_steps": 8}, CONVERGING, log=None),
+    Case("AdamW at 2e-2 per 512 with 8 accumulation steps, no run.json", "run", "edited",
+         _vitkit_run({"lr": 2e-2, "batch_size": 64, "accum_steps": 8}, CONVERGING,
+                     planned=False),
          ("run.recipe", "warning")),
     Case("weight decay 1e-4", "run", "edited",
          _vitkit_run({"weight_decay": 1e-4}, CONVERGING), ("run.recipe", "warning")),

@@ -7,21 +7,55 @@ import torch._dynamo as dynamo
 import vitkit
 from vitkit.cli import main
 from vitkit.models.bench import bench, report
-from vitkit.models.cost import flop_model
+
+
+class FakeClock:
+    """time.perf_counter for bench: timed calls of known lengths. Calls come in pairs (start,
+    end); the k-th pair is ``lengths[k]`` seconds apart (cycling)."""
+
+    def __init__(self, lengths):
+        self.lengths, self.now, self.calls = lengths, 100.0, 0
+
+    def __call__(self):
+        if self.calls % 2:
+            self.now += self.lengths[(self.calls // 2) % len(self.lengths)]
+        self.calls += 1
+        return self.now
 
 
 @pytest.mark.parametrize(("train", "attn", "mode"), [(False, False, "inference"),
                                                      (False, True, "inference+maps"),
                                                      (True, False, "train")])
-def test_bench_reports_consistent_numbers(train, attn, mode):
+def test_bench_reports_what_was_timed_and_computed(monkeypatch, train, attn, mode):
+    """Independent expectations: the step time is the median of what the clock measured (a
+    fake clock: steps of 3, 5 and 4 ms), the matmul peak 2 n^3 over its median, and the
+    FLOPs per image what torch's FlopCounterMode counts on the same forward (and backward)
+    with attention as explicit matrix products."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    import vitkit.models.bench as bench_module
+
+    monkeypatch.setattr(bench_module.time, "perf_counter", FakeClock([0.003, 0.005, 0.004]))
     r = bench("vit_nano_patch4_32", batch=4, train=train, attn=attn, steps=3, warmup=1)
-    assert r.mode == mode and r.step_ms > 0 and r.peak_gflops > 0 and r.peak_memory_mb > 0
-    assert r.images_per_s == pytest.approx(4 / (r.step_ms / 1000))
-    assert r.ms_per_image == pytest.approx(r.step_ms / 4)
-    fwd = flop_model(vitkit.create_model("vit_nano_patch4_32").cfg,
-                     readout_only=not attn).flops / 1e9
-    assert r.gflops_per_image == pytest.approx(fwd * (3 if train else 1))
-    assert r.achieved_gflops == pytest.approx(r.gflops_per_image * r.images_per_s)
+    assert r.mode == mode and r.step_ms == pytest.approx(4.0) and r.spread > 0
+    assert r.images_per_s == pytest.approx(1000.0)  # 4 images in 4 ms
+    n = 2048  # the float32 matmul on a CPU, timed 5 times: 3, 5, 4, 3, 5 ms -> median 4
+    assert r.peak_gflops == pytest.approx(2 * n**3 / 0.004 / 1e9)
+    model = vitkit.create_model("vit_nano_patch4_32")
+    model.inplace_inference = False
+    x = torch.randn(1, 3, 32, 32)
+    with FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH):
+        if train:
+            torch.nn.functional.cross_entropy(model.train()(x), torch.tensor([0])).backward()
+        else:
+            with torch.no_grad():
+                model.eval()(x, return_attn=attn)
+    counted = counter.get_total_flops() / 1e9
+    # training is the forward and twice it for the backward (the input's gradient, which
+    # nothing needs, is left out by autograd: under 1%)
+    assert r.gflops_per_image == pytest.approx(counted, rel=0.01 if train else 1e-9)
+    assert r.achieved_gflops == pytest.approx(r.gflops_per_image * 1000.0)
     assert "% of this machine's measured matmul peak" in report(r)
 
 

@@ -152,8 +152,10 @@ def test_keys_left_at_init_by_a_non_strict_load_are_an_error(trained, tmp_path):
 
 
 # -------------------------------------------------------------------------------------- runs
-def _run_folder(tmp_path, config: dict, losses: list[tuple[float, float]], log: str = "",
-                top1: float = 0.5):
+def _run_folder(tmp_path, config: dict, losses: list[tuple[float, float]],
+                result: dict | None = None, top1: float = 0.5):
+    """A vitkit run folder: its config, one metrics row per (train, val) loss, the run.json of
+    200,000 images of 10 classes, and ``result`` as its result.json."""
     import yaml
 
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -161,8 +163,9 @@ def _run_folder(tmp_path, config: dict, losses: list[tuple[float, float]], log: 
     rows = ["epoch,step,train_loss,val_loss,val_top1"]
     rows += [f"{i + 1},{100 * (i + 1)},{t},{v},{top1}" for i, (t, v) in enumerate(losses)]
     (tmp_path / "metrics.csv").write_text("\n".join(rows) + "\n")
-    (tmp_path / "train.log").write_text(
-        log or "data imagefolder: 200000 train, 5000 val images, 10 classes\n")
+    (tmp_path / "run.json").write_text(json.dumps(plan_run(config, 200_000, 10).to_dict()))
+    if result is not None:
+        (tmp_path / "result.json").write_text(json.dumps(result))
     return tmp_path
 
 
@@ -195,9 +198,10 @@ def test_an_overfitting_run_and_loss_spikes_are_warnings(tmp_path):
     found = levels(diagnose(_run_folder(tmp_path / "spike", dict(model="vit_tiny", lr=5e-4),
                                         spikes)))
     assert found["run.stability"] == "warning"
-    nan = _run_folder(tmp_path / "nan", dict(model="vit_tiny"), [(2.0, 2.0)],
-                      log="the loss became nan at step 25 (epoch 2); training stopped\n")
-    assert levels(diagnose(nan))["run.stability"] == "error"
+    stopped = dict(stopped="non-finite", step=25, epoch=2, loss="nan", epochs=1)
+    nan = _run_folder(tmp_path / "nan", dict(model="vit_tiny"), [(2.0, 2.0)], result=stopped)
+    found = next(f for f in diagnose(nan) if f.check == "run.stability")
+    assert found.level == "error" and "(nan) at step 25 (epoch 2)" in found.summary
 
 
 def test_train_says_the_small_data_and_recipe_warnings_at_its_start(tmp_path):
@@ -372,10 +376,31 @@ def test_a_run_that_diverges_at_once_keeps_its_folder_for_the_doctor(tmp_path, m
         train(resolve(dict(data="digits", img_size=16, model="vit_nano_patch4_32", steps=5,
                            batch_size=32, out=str(tmp_path), name="nan")), progress=False)
     folder = tmp_path / "nan"
-    assert "loss became nan" in (folder / "train.log").read_text()
+    assert "loss became nan" in (folder / "train.log").read_text()  # for people
+    ended = json.loads((folder / "result.json").read_text())  # for the doctor
+    assert ended == dict(stopped="non-finite", step=1, epoch=1, loss="nan", epochs=0)
+    (folder / "train.log").write_text("reworded: every line of the log says something else\n")
     found = next(f for f in diagnose(folder) if f.check == "run.stability")
-    assert found.level == "error" and "non-finite" in found.summary
+    assert found.level == "error" and "non-finite (nan) at step 1" in found.summary
     assert main(["doctor", str(folder)]) == 1
+
+
+@pytest.mark.parametrize("name", ["healthy", "nan", "diverging", "overfitting", "lr-too-high",
+                                  "finetune", "short"])
+def test_the_doctor_reads_no_log(tmp_path, name):
+    """Every real run's findings are the same with its train.log reworded or gone: the
+    doctor reads config.yaml, metrics.csv, run.json and result.json only."""
+    import shutil
+
+    from doctor_catalogue import DATA
+
+    folder = Path(shutil.copytree(DATA / name, tmp_path / name))
+    before = [(f.check, f.level, f.summary) for f in diagnose(folder)]
+    (folder / "train.log").write_text("data digits: 9 train, 1 val images, 99 classes\n"
+                                      "99 process(es)\nthe loss became nan\n")
+    assert [(f.check, f.level, f.summary) for f in diagnose(folder)] == before
+    (folder / "train.log").unlink()
+    assert [(f.check, f.level, f.summary) for f in diagnose(folder)] == before
 
 
 def test_the_start_and_the_end_of_a_run_judge_its_recipe_alike(tmp_path):

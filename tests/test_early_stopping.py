@@ -186,9 +186,9 @@ def test_patience_then_anneal_decays_the_rate_and_keeps_the_lowest_loss(annealed
 
 @pytest.mark.parametrize("flags, message", [
     (["--holdout", "0.7"], "holdout must be at most 0.5"),
-    (["--patience", "-1"], "patience must not be negative"),
+    (["--patience", "-1"], "patience must be 0 or more"),
     (["--anneal-epochs", "3"], "this run has no --patience"),
-    (["--patience", "2", "--anneal-epochs", "-1"], "anneal_epochs must not be negative"),
+    (["--patience", "2", "--anneal-epochs", "-1"], "anneal_epochs must be 0 or more"),
 ])
 def test_bad_stopping_options_are_named(tmp_path, capsys, flags, message):
     assert main(["train", "--out", str(tmp_path), *flags]) == 2

@@ -243,7 +243,19 @@ def test_gap_and_distilled_models_read_out_their_own_tokens():
     attr = explain.attention_gradients(gap, x)
     torch.testing.assert_close(explain.explain_map(gap, x, "chefer").map,
                                explain.chefer(attr).mean(1).reshape(2, 8, 8))
-    assert explain.explain_map(gap, x, "gradcam").map.shape == (2, 8, 8)
+    # Grad-CAM written out for average pooling: every token is a patch (no prefix), and the
+    # score's gradient reaches each through the mean
+    tokens = gap._pos_embed(gap.patch_embed(x), gap.grid_size)
+    for block in gap.blocks[:-1]:
+        tokens, _ = block(tokens)
+    tokens = tokens.detach().requires_grad_(True)
+    out = gap.forward_head(gap.norm(gap.blocks[-1](tokens)[0]))
+    target = out.argmax(-1)
+    (grad,) = torch.autograd.grad(out.gather(1, target[:, None]).sum(), tokens)
+    manual = (tokens * grad.mean(1, keepdim=True)).sum(-1).clamp(min=0).reshape(2, 8, 8)
+    gradcam = explain.explain_map(gap, x, "gradcam")
+    assert torch.equal(gradcam.target, target) and tokens.shape[1] == 64
+    torch.testing.assert_close(gradcam.map, manual.detach())
     with pytest.raises(ValueError, match="methods that apply"):
         explain.explain_map(gap, x, "cls")
     deit = small(distilled=True)

@@ -137,7 +137,7 @@ def test_attribution_patching_ranks_heads_as_the_ablation_does_on_trained_models
     from scipy.stats import spearmanr
 
     import vitkit
-    from vitkit.audit.run import transform_for
+    from vitkit.audit.analysis import transform_for
     from vitkit.data.datasets import load_split
     from vitkit.explain.causal import head_importance, head_importance_estimate
 

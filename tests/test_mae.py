@@ -119,3 +119,17 @@ def test_fine_tuning_starts_from_the_pretrained_encoder(pretrained, tmp_path):
 def test_bad_pretraining_options_are_named(tmp_path, capsys, flags, message):
     assert main(["train", "--out", str(tmp_path), *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_without_patience_the_best_checkpoint_is_the_lowest_reconstruction_loss(tmp_path):
+    """With no early stopping the best checkpoint is the epoch of the lowest validation loss,
+    the first evaluation included: a reconstruction loss starts near 1 (per-patch normalised
+    pixels), and a rule that began from a top-1 of -1 never saved a loss above 1."""
+    cfg = resolve(dict(objective="mae", model="vit_nano_patch4_32", data="digits:0-4",
+                       img_size=16, epochs=2, batch_size=64, lr=1e-9, warmup_epochs=0,
+                       out=str(tmp_path), name="flat"))
+    result = train(cfg, progress=False)
+    losses = [r["val_loss"] for r in result.history]
+    assert losses[0] > 1  # the case the old rule missed
+    assert (tmp_path / "flat" / "best.safetensors").is_file(), losses
+    assert result.best_top1 == pytest.approx(-min(losses))

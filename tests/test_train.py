@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -125,6 +126,48 @@ def test_non_finite_loss_stops_with_the_step_and_keeps_the_checkpoint(tmp_path, 
     with pytest.raises(NonFiniteLoss, match=r"became nan at step 25 \(epoch 2\).*last good"):
         run(tmp_path, "nan", epochs=3)
     vitkit.load_model(tmp_path / "nan" / "last.safetensors")  # the epoch-1 checkpoint loads
+
+
+@pytest.mark.parametrize("accum", [1, 4])
+def test_one_host_read_and_one_collective_per_optimizer_step(tmp_path, monkeypatch, accum):
+    """The training loop waits on the device once per optimizer step, whatever the
+    accumulation: the non-finite and Ctrl-C flags are reduced together (one all-reduce) and
+    read together (one read to the host); the loss stays on the device between log intervals.
+    Counted with Tensor.item / Tensor.tolist and the all-reduce patched, inside the epochs'
+    steps only (validation is per epoch), where vitkit calls them (the data transforms read
+    CPU tensors in the loader's workers, and AdamW its CPU step count: no device waits)."""
+    import vitkit.train.trainer as trainer
+    from vitkit.train import distributed
+
+    counts = {"host": 0, "collective": 0}
+    inside = {"on": False}
+    item, tolist, reduce = torch.Tensor.item, torch.Tensor.tolist, distributed.all_reduce_sum
+    package = str(Path(vitkit.__file__).parent)
+
+    def counted(original, key):
+        def wrapper(*args, **kwargs):
+            caller = sys._getframe(1).f_code.co_filename
+            counts[key] += inside["on"] and caller.startswith(package)
+            return original(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(torch.Tensor, "item", counted(item, "host"))
+    monkeypatch.setattr(torch.Tensor, "tolist", counted(tolist, "host"))
+    monkeypatch.setattr(distributed, "all_reduce_sum", counted(reduce, "collective"))
+    epoch = trainer._train_epoch
+
+    def steps_only(*args, **kwargs):
+        inside["on"] = True
+        try:
+            return epoch(*args, **kwargs)
+        finally:
+            inside["on"] = False
+
+    monkeypatch.setattr(trainer, "_train_epoch", steps_only)
+    result = run(tmp_path, f"a{accum}", steps=6, batch_size=16, accum_steps=accum)
+    assert result.history[-1]["step"] == 6
+    # 6 steps in one epoch: one read a step, and the epoch's batch order (a CPU permutation)
+    assert counts == {"host": 6 + 1, "collective": 6}, counts
 
 
 def test_distillation_loss_formulas():
@@ -385,7 +428,7 @@ def test_eval_and_predict_commands(tmp_path):
 
 
 def test_warmup_in_steps_overrides_epochs(tmp_path):
-    from vitkit.train.config import schedule
+    from vitkit.recipe import schedule
 
     assert schedule(20, epochs=2, warmup_epochs=0.5) == (40, 10)
     assert schedule(20, steps=7, epochs=2, warmup_epochs=0.5, warmup_steps=3) == (7, 3)

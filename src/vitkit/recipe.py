@@ -18,6 +18,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 BASE_BATCH = 512  # the global batch the configured learning rate is for
+# vitkit train's defaults, read by the trainer's config, the plan and the doctor alike
+DEFAULT_BATCH_SIZE = 64  # images per process per micro-step
+DEFAULT_LR = 5e-4  # per BASE_BATCH images (DeiT's AdamW rate)
 STUDY_WARMUP = 0.1  # share of every study run's steps spent in linear warmup
 EVAL_AT_END = 10**6  # eval_every for study runs: tiny subsets make many tiny epochs
 
@@ -76,7 +79,8 @@ class RunPlan:
 def plan_run(config: Mapping, train_images: int, classes: int, world: int = 1) -> RunPlan:
     """The :class:`RunPlan` of a vitkit training ``config`` (a ``TrainConfig.to_dict()`` or any
     mapping with its keys) on ``train_images`` images, over ``world`` processes."""
-    batch, accum = int(config.get("batch_size", 64)), int(config.get("accum_steps", 1) or 1)
+    batch = int(config.get("batch_size", DEFAULT_BATCH_SIZE))
+    accum = int(config.get("accum_steps", 1) or 1)
     per_epoch = steps_per_epoch(train_images, batch, accum, world)
     steps, epochs = int(config.get("steps") or 0), config.get("epochs") or 0
     total, warmup = schedule(per_epoch, steps, epochs, int(config.get("warmup_steps") or 0),
@@ -84,7 +88,7 @@ def plan_run(config: Mapping, train_images: int, classes: int, world: int = 1) -
     run_epochs = math.ceil(steps / per_epoch) if steps > 0 and per_epoch else int(epochs)
     return RunPlan(train_images=train_images, classes=classes, world=world,
                    global_batch=global_batch(batch, world, accum),
-                   lr=scaled_lr(float(config.get("lr", 5e-4)), batch, world, accum),
+                   lr=scaled_lr(float(config.get("lr", DEFAULT_LR)), batch, world, accum),
                    steps_per_epoch=per_epoch, total_steps=total, warmup_steps=warmup,
                    epochs=run_epochs)
 

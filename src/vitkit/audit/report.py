@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from vitkit.audit.analysis import Audit
 from vitkit.audit.regions import CORNERS, shares
-from vitkit.audit.run import Audit
 from vitkit.util.files import atomic_write
 from vitkit.viz import plot
 

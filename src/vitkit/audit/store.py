@@ -27,7 +27,7 @@ import numpy as np
 import torch.distributed as dist
 from PIL import Image
 
-from vitkit.audit.run import DEFAULT_METHOD, Audit, check_method, finish, scan
+from vitkit.audit.analysis import DEFAULT_METHOD, Audit, check_method, finish, scan
 from vitkit.checkpoints import load_model
 from vitkit.data.datasets import Split, load_split
 from vitkit.data.images import IMAGE_SUFFIXES, to_rgb
@@ -35,6 +35,7 @@ from vitkit.errors import ConfigError, DataError
 from vitkit.models.cnn import CNN
 from vitkit.train.distributed import setup
 from vitkit.util.files import atomic_write
+from vitkit.util.numbers import check_counts
 
 log = logging.getLogger("vitkit")  # progress lines: the CLI shows them
 
@@ -218,11 +219,9 @@ def run(checkpoint: str | os.PathLike, data: str, out: str | os.PathLike, *,
     """Audit ``checkpoint`` on ``data`` into ``out`` (see the module); ``limit``: only the
     first images of the split. Returns the audit on rank 0 (None on the other ranks). Raises
     ConfigError or DataError on bad input."""
-    for name, value in (("batch_size", batch_size), ("shard_size", shard_size),
-                        ("max_clusters", max_clusters), ("confirm_images", confirm_images),
-                        ("limit", 1 if limit is None else limit)):
-        if value < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be 1 or more, got {value}")
+    check_counts((("batch_size", batch_size), ("shard_size", shard_size),
+                  ("max_clusters", max_clusters), ("confirm_images", confirm_images),
+                  ("limit", 1 if limit is None else limit)))
     ctx = setup(device)
     model = load_model(checkpoint, verbose=False)
     if isinstance(model, CNN) or model.num_classes < 1:

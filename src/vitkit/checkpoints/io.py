@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import pickle
-import warnings
 import zipfile
 from dataclasses import fields
 from pathlib import Path
@@ -326,7 +325,6 @@ def load_model(
     num_heads: int | None = None,
     act: str | None = None,
     verbose: bool = True,
-    pre_logits: bool | None = None,
 ) -> VisionTransformer | CNN:
     """Build the model a checkpoint file or folder describes (a ViT, or the ResNet of a CNN
     checkpoint) and load its weights.
@@ -338,7 +336,7 @@ def load_model(
     command line shows it on stderr, with ``verbose=True``). Anything
     else that does not fit is a :class:`CheckpointError` listing every offending key.
     ``keep_pre_logits=False`` drops a pre-logits / pooler layer (JAX, torchvision, HF
-    ``ViTModel``; ``pre_logits=``, its old name, still works with a deprecation warning);
+    ``ViTModel``);
     ``num_heads`` overrides the head count where the weights cannot tell (timm, torchvision);
     ``act`` the MLP activation ("quick_gelu" for OpenAI's CLIP weights in a layout that does not
     say it).
@@ -347,10 +345,6 @@ def load_model(
     """
     if num_classes is not None and num_classes < 0:
         raise CheckpointError(f"num_classes must be 0 (no head) or more, got {num_classes}")
-    if pre_logits is not None:
-        warnings.warn("load_model(pre_logits=...) is now keep_pre_logits=...",
-                      DeprecationWarning, stacklevel=2)
-        keep_pre_logits = pre_logits
     ckpt = read_checkpoint(source)
     fmt = detect_format(ckpt)
     notes: list[str] = []

@@ -26,14 +26,9 @@ def detect(ckpt: Checkpoint) -> bool:
     return ckpt.vitkit_config is not None
 
 
-# Config fields renamed since files were written: old name -> new name
-RENAMED = {"pre_logits": "representation_size"}
-
-
 def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
-    """The weights as they are; ``config`` is the file's ``vitkit_config`` (older names of
-    renamed fields read under their new names)."""
-    kwargs = {RENAMED.get(k, k): v for k, v in (config or {}).items()}
+    """The weights as they are; ``config`` is the file's ``vitkit_config``."""
+    kwargs = dict(config or {})
     return state, kwargs, dict(kwargs.pop("extra", None) or {})
 
 

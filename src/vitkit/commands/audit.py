@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 
 from vitkit.audit import store
+from vitkit.audit.analysis import CONFIRM_IMAGES, DEFAULT_METHOD
 from vitkit.audit.report import write
-from vitkit.audit.run import CONFIRM_IMAGES, DEFAULT_METHOD
 from vitkit.explain.methods import METHODS
 from vitkit.train.distributed import cleanup
 

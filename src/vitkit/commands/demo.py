@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from vitkit.data.datasets import DATASETS
 from vitkit.train.demo import DemoOptions, run_demo
@@ -23,18 +22,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cnn-steps", type=int, default=None, help="CNN steps (default 150)")
     p.add_argument("--num-images", type=int, default=None,
                    help="validation images to explain (default 4)")
-    p.add_argument("--images", type=int, default=None, dest="old_images",
-                   help=argparse.SUPPRESS)  # the old name of --num-images
     p.add_argument("--batch-size", type=int, default=None, help="default 64")
     p.add_argument("--out", default=None, help="output folder (default runs/demo)")
     p.add_argument("--quick", action="store_true", help="a tiny smoke run of about a minute")
 
 
 def run(args: argparse.Namespace) -> None:
-    if args.old_images is not None:  # --images is a folder in `vitkit explore`: one meaning
-        print("vitkit demo: --images N is now --num-images N (the old name still works for "
-              "now)", file=sys.stderr)
-        args.num_images = args.num_images or args.old_images
     chosen = {k: v for k, v in vars(args).items()
-              if k not in ("command", "run", "quick", "old_images") and v is not None}
+              if k not in ("command", "run", "quick") and v is not None}
     run_demo(DemoOptions.quick(**chosen) if args.quick else DemoOptions(**chosen))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from vitkit.checkpoints import load_model
 from vitkit.errors import VitkitError
+from vitkit.util.numbers import check_number, option
 from vitkit.web.checks import same_architecture
 from vitkit.web.samples import read_audit, sample_table
 from vitkit.web.session import Explorer
@@ -91,9 +92,8 @@ def run(args: argparse.Namespace) -> None:
                               "with any checkpoint vitkit reads")
         checkpoint = str(DEMO_CHECKPOINT)
     for name in ("max_upload_mb", "max_megapixels", "cache_mb"):
-        if not 0 < getattr(args, name) < 1e6:  # NaN and inf fail too
-            raise VitkitError(f"--{name.replace('_', '-')} must be a positive number (below "
-                              f"a million), got {getattr(args, name)}")
+        check_number(option(name), getattr(args, name), positive=True, below=1e6,
+                     error=VitkitError)
     if not 0 <= args.port <= 65535:
         raise VitkitError(f"--port must be 0..65535, got {args.port}")
     if args.images is not None and not Path(args.images).is_dir():

@@ -43,7 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibration-images", type=int, default=256,
                    help="how many calibration images (default 256)")
     p.add_argument("--eval-images", type=int, default=2000,
-                   help="score on at most this many images (default 2000; 0: all)")
+                   help="images of --split scored, at most (default 2000; 0: all): half "
+                        "choose the layers kept in float, the other half give the "
+                        "reported top-1")
     p.add_argument("--mode", choices=["static", "dynamic"], default="static",
                    help="static: ranges calibrated once (fastest); dynamic: weights only, "
                         "ranges per batch at run time (no calibration)")
@@ -64,10 +66,13 @@ def run(args: argparse.Namespace) -> None:
                  calibration=args.calibration, calibration_images=args.calibration_images,
                  eval_images=args.eval_images, budget=args.budget, mode=args.mode,
                  max_float=args.max_float, force=args.force, root=args.data_root)
-    print(f"{r.images} images of {args.data} ({args.split}): float top-1 {r.float_top1:.4f}, "
-          f"int8 top-1 {r.int8_top1:.4f} ({r.loss * 100:+.2f} points lost; budget "
-          f"{r.budget * 100:g})")
+    print(f"{r.images} held-out images of {args.data} ({args.split}; used for no choice): "
+          f"float top-1 {r.float_top1:.4f}, int8 top-1 {r.int8_top1:.4f} ({r.loss * 100:+.2f} "
+          f"points lost; budget {r.budget * 100:g})")
+    print(f"chosen on {r.selection_images} other images of the same split: float top-1 "
+          f"{r.selection_float_top1:.4f}, int8 {r.selection_int8_top1:.4f}")
     print(f"{r.quantized} products in int8, {len(r.kept_float)} kept in float"
           + (": " + ", ".join(r.kept_float) if r.kept_float else ""))
-    over = " (over the budget: written because of --force)" if r.loss > r.budget else ""
+    over = (" (over the budget on the selection images: written because of --force)"
+            if r.selection_float_top1 - r.selection_int8_top1 > r.budget else "")
     print(f"wrote {r.path} ({r.int8_mb:.1f} MB; float {r.float_mb:.1f} MB){over}")

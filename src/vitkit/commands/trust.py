@@ -10,6 +10,7 @@ from vitkit.checkpoints import load_model
 from vitkit.errors import ConfigError
 from vitkit.explain import perturb, trust
 from vitkit.explain.methods import METHODS
+from vitkit.util.numbers import check_counts
 from vitkit.viz import trust as trust_report
 
 NAME = "trust"
@@ -45,10 +46,8 @@ def run(args: argparse.Namespace) -> int:
     if bool(args.data) == bool(args.images):
         raise ConfigError("give either --data SPEC or image files, not both and not neither "
                           "(e.g. vitkit trust model.safetensors --data cluttered-digits)")
-    for name in ("count", "random", "steps", "sanity_images"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be 1 or more, "
-                              f"got {getattr(args, name)}")
+    check_counts((name, getattr(args, name))
+                 for name in ("count", "random", "steps", "sanity_images"))
     model = load_model(args.checkpoint, verbose=False)
     x, boxes, what, skipped = trust_report.inputs(model, args.data, args.images, args.count)
     for s in skipped:

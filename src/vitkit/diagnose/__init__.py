@@ -100,8 +100,8 @@ def diagnose(target: str | os.PathLike, img_size=None, image: str | os.PathLike 
     """Every check that applies to ``target``.
 
     ``target``: an audit folder of ``vitkit audit`` (its confirmed flags), a run folder of
-    ``vitkit train`` (``config.yaml``, ``metrics.csv``,
-    ``train.log``; its ``last.safetensors`` is checked too), of timm's ``train.py``
+    ``vitkit train`` (``config.yaml``, ``metrics.csv``, ``run.json``, ``result.json``; its
+    ``last.safetensors`` is checked too), of timm's ``train.py``
     (``args.yaml``, ``summary.csv``) or of a Hugging Face Trainer (``trainer_state.json``; its
     saved model too), a checkpoint, or a maps file (``.npy``/``.npz``).
     ``img_size``: the input size the checkpoint is meant for (checks the position table).

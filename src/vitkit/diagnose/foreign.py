@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from vitkit.diagnose.run import Run
+from vitkit.diagnose.run_folder import Run
 from vitkit.errors import DataError
 
 # timm's defaults where args.yaml leaves the rate unresolved (train.py: --lr-base 0.1 per 256)

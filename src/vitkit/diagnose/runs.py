@@ -1,6 +1,7 @@
 """Checks on a training run: from scratch on small data, a recipe that does not suit a ViT, a
-model that is not learning, overfitting, instability. They read a run folder (``config.yaml``,
-``metrics.csv``, ``train.log``), or a config alone (at the start of ``vitkit train``).
+model that is not learning, overfitting, instability. They read a run folder's structured files
+(``config.yaml``, ``metrics.csv``, ``run.json``, ``result.json``; never ``train.log``, which
+is prose for people), or a config alone (at the start of ``vitkit train``).
 
 The config is read as a plain mapping, so runs from elsewhere work too when their keys are
 timm's or vitkit's (``opt``/``optimizer``, ``lr``, ``weight_decay``, ``warmup_epochs``, ...).
@@ -12,7 +13,6 @@ import csv
 import json
 import logging
 import math
-import re
 import statistics
 from pathlib import Path
 
@@ -20,7 +20,7 @@ import yaml
 
 from vitkit.diagnose import foreign
 from vitkit.diagnose.findings import Finding
-from vitkit.diagnose.run import Run
+from vitkit.diagnose.run_folder import Run
 from vitkit.errors import DataError
 from vitkit.recipe import RunPlan
 
@@ -104,9 +104,8 @@ def read_run(folder: str | Path) -> Run:
     if not isinstance(config, dict):
         raise DataError(f"{folder}/config.yaml must hold a mapping of option: value")
     metrics = _read_metrics(folder / "metrics.csv") if (folder / "metrics.csv").is_file() else []
-    log = (folder / "train.log").read_text(errors="replace") if (folder / "train.log").is_file() \
-        else ""
-    return Run(folder, config, metrics, log, _read_plan(folder / "run.json"))
+    return Run(folder, config, metrics, plan=_read_plan(folder / "run.json"),
+               result=_read_result(folder / "result.json"))
 
 
 def _read_metrics(path: Path) -> list[dict]:
@@ -133,6 +132,20 @@ def _read_metrics(path: Path) -> list[dict]:
                     "ignored and missing ones read as empty, so the findings on those rows "
                     "may be off (a hand-edited or concatenated file?)", path, width, shown)
     return metrics
+
+
+def _read_result(path: Path) -> dict | None:
+    """``result.json`` (how the run ended), or None when absent; a file that is not a JSON
+    object is named in a warning and read as absent."""
+    if not path.is_file():
+        return None
+    try:
+        result = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        log.warning("%s is not the JSON `vitkit train` writes (%s): how the run ended is "
+                    "not read from it", path, err)
+        return None
+    return result if isinstance(result, dict) else None
 
 
 def _read_plan(path: Path) -> dict | None:
@@ -491,13 +504,16 @@ def check_overfitting(run: Run, ctx: dict) -> Finding | None:
 
 def check_stability(run: Run, ctx: dict) -> Finding | None:
     """A non-finite loss (error), or spikes above SPIKE x the running median (warning)."""
-    stopped = re.search(r"loss became (nan|inf|-inf)", run.log, re.IGNORECASE)
+    ended = run.result or {}
+    stopped = ended.get("stopped") == "non-finite"
     bad = [(int(r.get("epoch") or i + 1), k) for i, r in enumerate(run.metrics)
            for k in ("train_loss", "val_loss")
            if r.get(k) is not None and not math.isfinite(r[k])]
     if stopped or bad or run.non_finite:
         where = (f"at epochs {sorted({e for e, _ in bad})}" if bad else
-                 f"({run.non_finite[0]})" if run.non_finite else "and the run stopped")
+                 f"({run.non_finite[0]})" if run.non_finite else
+                 f"({ended.get('loss')}) at step {ended.get('step')} (epoch "
+                 f"{ended.get('epoch')}) and the run stopped")
         return Finding(
             "run.stability", "error", f"the loss became non-finite {where}",
             {"non_finite": [f"epoch {e} {k}" for e, k in bad][:6]},

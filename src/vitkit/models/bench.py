@@ -20,6 +20,7 @@ from tqdm import tqdm
 from vitkit.errors import ModelError
 from vitkit.models.cost import flop_model
 from vitkit.models.registry import create_model
+from vitkit.util.numbers import check_counts, check_number
 
 
 def interleaved(fns: dict[str, Callable[[], object]], repeats: int = 7, warmup: int = 1,
@@ -127,12 +128,10 @@ def bench(name: str, batch: int = 8, img_size: int | None = None, train: bool = 
         raise ModelError(f"dtype must be float32 or bfloat16, got {dtype!r}")
     if train and attn:
         raise ModelError("--attn times inference with maps; drop --train or --attn")
-    for flag, value, least in (("--batch", batch, 1), ("--steps", steps, 1),
-                               ("--warmup", warmup, 0)):
-        if value < least:
-            raise ModelError(f"{flag} must be {least} or more, got {value}")
-    if img_size is not None and img_size < 1:
-        raise ModelError(f"--img-size must be a positive number of pixels, got {img_size}")
+    check_counts((("batch", batch), ("steps", steps)), error=ModelError)
+    check_number("--warmup", warmup, least=0, error=ModelError)
+    if img_size is not None:
+        check_number("--img-size", img_size, error=ModelError)
     overrides = {"img_size": img_size} if img_size else {}
     model = create_model(name, **overrides).to(dev)
     size = model.cfg.img_size

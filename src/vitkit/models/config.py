@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
 from vitkit.errors import ModelError
+from vitkit.util.numbers import check_counts
 
 Pair = int | tuple[int, int]  # a size given as one side (square) or as (height, width)
 ACTIVATION_NAMES = ("gelu", "gelu_tanh", "quick_gelu")  # built in models/vit.py: ACTIVATIONS
@@ -131,12 +132,12 @@ class ViTConfig:
                              "representation_size=0")
         if self.fc_norm and self.pool != "avg":
             raise ModelError("fc_norm=True applies to pool='avg' only")
-        for name in ("num_classes", "representation_size", "num_reg_tokens", "pool_heads"):
-            if getattr(self, name) < 0:
-                raise ModelError(f"{name} must be 0 or more, got {getattr(self, name)}")
-        for name in ("patch_size", "embed_dim", "depth", "num_heads", "mlp_dim", "in_chans"):
-            if getattr(self, name) < 1:
-                raise ModelError(f"{name} must be 1 or more, got {getattr(self, name)}")
+        check_counts(((name, getattr(self, name)) for name in (
+            "num_classes", "representation_size", "num_reg_tokens", "pool_heads")),
+            least=0, cli=False, error=ModelError)
+        check_counts(((name, getattr(self, name)) for name in (
+            "patch_size", "embed_dim", "depth", "num_heads", "mlp_dim", "in_chans")),
+            cli=False, error=ModelError)
         if self.embed_dim % self.num_heads:
             raise ModelError(
                 f"embed_dim {self.embed_dim} must be divisible by num_heads {self.num_heads}"

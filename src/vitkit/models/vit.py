@@ -16,7 +16,6 @@ Parameter names follow timm (``patch_embed.proj``, ``blocks.N.attn.qkv``, ``bloc
 
 from __future__ import annotations
 
-import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -570,19 +569,6 @@ class VisionTransformer(nn.Module):
         if self.cfg.pool == "map":
             return self.attn_pool(x)
         return x[:, self.num_prefix_tokens:].mean(dim=1)
-
-    @property
-    def fused_inference(self) -> bool:
-        """The old name of :attr:`inplace_inference` ("fused" now means the qkv projection)."""
-        warnings.warn("model.fused_inference is now model.inplace_inference",
-                      DeprecationWarning, stacklevel=2)
-        return self.inplace_inference
-
-    @fused_inference.setter
-    def fused_inference(self, value: bool) -> None:
-        warnings.warn("model.fused_inference is now model.inplace_inference",
-                      DeprecationWarning, stacklevel=2)
-        self.inplace_inference = value
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """(B, T, D) -> (B, num_classes), or the pooled vector with ``pre_logits``.

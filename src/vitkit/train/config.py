@@ -16,8 +16,9 @@ import yaml
 
 from vitkit.errors import ConfigError
 from vitkit.models.cnn import is_cnn
-from vitkit.recipe import schedule, steps_per_epoch  # noqa: F401  (moved; tests import them here)
+from vitkit.recipe import DEFAULT_BATCH_SIZE, DEFAULT_LR
 from vitkit.util.files import atomic_write
+from vitkit.util.numbers import check_number
 
 
 @dataclass
@@ -44,9 +45,9 @@ class TrainConfig:
     # optimisation
     epochs: int = 10
     steps: int = 0  # > 0: train exactly this many optimizer steps (epochs follow from it)
-    batch_size: int = 64  # per process
+    batch_size: int = DEFAULT_BATCH_SIZE  # per process
     accum_steps: int = 1
-    lr: float = 5e-4  # at a global batch of 512; scaled by global batch / 512
+    lr: float = DEFAULT_LR  # at a global batch of 512; scaled by global batch / 512
     min_lr: float = 1e-6
     weight_decay: float = 0.05
     warmup_epochs: float = 1.0
@@ -278,14 +279,10 @@ def _check_ranges(cfg: TrainConfig) -> None:
             raise ConfigError(f"{f.name} must be a finite number, got {value}")
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             continue
-        if f.name in _AT_LEAST_ONE and value < 1:
-            raise ConfigError(f"{f.name} must be 1 or more, got {value}")
         if f.name in _FRACTIONS and not 0 <= value <= 1:
             raise ConfigError(f"{f.name} must be between 0 and 1, got {value}")
-        if value < 0:
-            raise ConfigError(f"{f.name} must not be negative, got {value}")
-        if f.name in _POSITIVE and value <= 0:
-            raise ConfigError(f"{f.name} must be more than 0, got {value}")
+        check_number(f.name, value, positive=f.name in _POSITIVE,
+                     least=1 if f.name in _AT_LEAST_ONE else 0)
         if f.name in _AT_MOST and value > _AT_MOST[f.name][0]:
             top, why = _AT_MOST[f.name]
             raise ConfigError(f"{f.name} must be at most {top} ({why}), got {value}")

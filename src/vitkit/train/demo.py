@@ -21,10 +21,10 @@ from vitkit.checkpoints.io import load_model
 from vitkit.data.datasets import load_split
 from vitkit.data.digits import cluttered_digits
 from vitkit.data.images import load_image, preprocess, preprocessing, to_rgb
-from vitkit.errors import ConfigError
 from vitkit.models.cost import flops_per_image
 from vitkit.train.config import resolve
 from vitkit.train.trainer import train
+from vitkit.util.numbers import check_counts
 from vitkit.viz import plot
 from vitkit.viz.report import Report
 
@@ -66,10 +66,8 @@ def examples(opts: DemoOptions, vit):
 
 
 def run_demo(opts: DemoOptions, say=log.info) -> Path:
-    for name in ("img_size", "vit_steps", "cnn_steps", "num_images", "batch_size", "data_size"):
-        if getattr(opts, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be 1 or more, got "
-                              f"{getattr(opts, name)}")
+    check_counts((name, getattr(opts, name)) for name in (
+        "img_size", "vit_steps", "cnn_steps", "num_images", "batch_size", "data_size"))
     out = Path(opts.out)
     base = dict(data=opts.data, img_size=opts.img_size, data_size=opts.data_size,
                 batch_size=opts.batch_size, lr=8e-3, label_smoothing=0.1, warmup_epochs=0.5,

@@ -20,6 +20,7 @@ from vitkit.deploy.runtime import OnnxModel, is_onnx
 from vitkit.errors import ConfigError, ImageError, VitkitError
 from vitkit.train.trainer import evaluate
 from vitkit.util.files import atomic_write
+from vitkit.util.numbers import check_number
 from vitkit.viz import plot
 
 
@@ -70,8 +71,7 @@ def predict(checkpoint: str | os.PathLike, inputs: list[str | os.PathLike], top_
     reported with their error instead of stopping the run. ``out``: ``.csv`` or ``.json``,
     written (atomically) only when at least one image was read, so a run that failed never
     replaces an earlier file."""
-    if top_k < 1:
-        raise VitkitError(f"--top-k must be 1 or more, got {top_k}")
+    check_number("--top-k", top_k, error=VitkitError)
     if out is not None and Path(out).suffix not in (".csv", ".json"):
         raise VitkitError(f"--out must end in .csv or .json, got {Path(out).name!r}")
     if out is not None and Path(out).is_dir():

@@ -6,7 +6,6 @@ accuracy against FLOPs per image."""
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from vitkit.models.cost import flop_model
 from vitkit.recipe import STUDY_WARMUP, study_base, study_budget, study_converge
 from vitkit.train.config import resolve
 from vitkit.train.trainer import train
+from vitkit.util.numbers import check_counts, check_number
 
 log = logging.getLogger("vitkit")  # progress lines: the CLI shows them
 
@@ -47,14 +47,11 @@ class PatchStudyOptions:
 
 
 def _check(opts: PatchStudyOptions) -> None:
-    for name in ("steps", "batch_size", "img_size"):
-        if getattr(opts, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be 1 or more, got "
-                              f"{getattr(opts, name)}")
-    if not opts.patch_sizes or min(opts.patch_sizes) < 1:
-        raise ConfigError(f"--patch-sizes must be 1 or more, got {list(opts.patch_sizes)}")
-    if not (opts.lr > 0 and math.isfinite(opts.lr)):
-        raise ConfigError(f"--lr must be a positive finite number, got {opts.lr}")
+    check_counts((name, getattr(opts, name)) for name in ("steps", "batch_size", "img_size"))
+    if not opts.patch_sizes:
+        raise ConfigError("--patch-sizes needs at least one size")
+    check_counts(("patch_sizes", p) for p in opts.patch_sizes)
+    check_number("--lr", opts.lr, positive=True)
     sizes = opts.img_sizes or (opts.img_size,)
     if not any(img % patch == 0 for img in sizes for patch in opts.patch_sizes):
         raise ConfigError(f"no patch size of {list(opts.patch_sizes)} divides an image size of "

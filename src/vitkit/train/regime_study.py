@@ -42,6 +42,7 @@ from vitkit.train.config import FROM_INIT
 from vitkit.train.evaluate import evaluate_checkpoint
 from vitkit.train.study import AUGMENTATION, FINETUNE_LR, POLL, Study, StudyPlan, plan_from_file
 from vitkit.util.files import atomic_write
+from vitkit.util.numbers import check_counts
 
 # arm -> (label, claim)
 REGIME_ARMS: dict[str, tuple[str, str]] = {
@@ -84,11 +85,11 @@ class RegimePlan(StudyPlan):
 
     def check(self) -> None:
         super().check()
-        if not self.target_images or min(self.target_images) < 1:
-            raise ConfigError(f"--target-images must be counts of 1 or more, got "
-                              f"{list(self.target_images)}")
-        if self.finetune_epochs < 1 or self.resolution_images < 1:
-            raise ConfigError("--finetune-epochs and --resolution-images must be 1 or more")
+        if not self.target_images:
+            raise ConfigError("--target-images needs at least one count")
+        check_counts([("target_images", n) for n in self.target_images]
+                     + [("finetune_epochs", self.finetune_epochs),
+                        ("resolution_images", self.resolution_images)])
         for size in (self.low_size, self.high_size):
             if size % self.resolution_patch:
                 raise ConfigError(f"claim (d)'s sizes must be multiples of the patch "

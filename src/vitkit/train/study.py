@@ -48,6 +48,7 @@ from vitkit.train.config import resolve
 from vitkit.train.evaluate import evaluate_checkpoint
 from vitkit.train.trainer import train
 from vitkit.util.files import atomic_write
+from vitkit.util.numbers import check_counts, check_number
 
 log = logging.getLogger("vitkit")
 
@@ -149,17 +150,11 @@ class StudyPlan:
     extra: dict = field(default_factory=dict)  # any TrainConfig option for every run
 
     def check(self) -> None:
-        for name in ("seeds", "batch_size", "img_size", "min_steps", "source_steps",
-                     "resolution_steps"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be 1 or more, got "
-                                  f"{getattr(self, name)}")
-        if not (self.epochs > 0 and math.isfinite(self.epochs)):  # NaN fails too
-            raise ConfigError(f"--epochs must be a positive finite number, got {self.epochs}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ConfigError(f"--lr must be a positive finite number, got {self.lr}")
-        if self.max_steps < 0:
-            raise ConfigError(f"--max-steps must be 0 (no cap) or more, got {self.max_steps}")
+        check_counts((name, getattr(self, name)) for name in (
+            "seeds", "batch_size", "img_size", "min_steps", "source_steps", "resolution_steps"))
+        check_number("--epochs", self.epochs, positive=True)
+        check_number("--lr", self.lr, positive=True)
+        check_number("--max-steps", self.max_steps, least=0, zero_means="no cap")
         if not 0 <= self.warmup < 1:  # NaN fails too
             raise ConfigError(f"--warmup is a share of each run's steps in [0, 1), got "
                               f"{self.warmup}")
@@ -170,20 +165,15 @@ class StudyPlan:
                               f"{self.augmentation!r}")
         if self.budget not in BUDGETS:
             raise ConfigError(f"--budget must be steps or converge, got {self.budget!r}")
-        if self.anneal_epochs < 0:
-            raise ConfigError(f"--anneal-epochs must be 0 or more, got {self.anneal_epochs}")
-        for name in ("patience", "max_epochs", "source_epochs", "resolution_epochs"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be 1 or more, got "
-                                  f"{getattr(self, name)}")
+        check_number("--anneal-epochs", self.anneal_epochs, least=0)
+        check_counts((name, getattr(self, name)) for name in (
+            "patience", "max_epochs", "source_epochs", "resolution_epochs"))
         if not 0 < self.holdout <= 0.5:
             raise ConfigError(f"--holdout is the share of the training split held out to "
                               f"stop on, in (0, 0.5], got {self.holdout}")
         if not self.distill or set(self.distill) - {"hard", "soft"}:
             raise ConfigError(f"--distill takes hard and/or soft, got {list(self.distill)}")
-        if not (self.distill_tau > 0 and math.isfinite(self.distill_tau)):
-            raise ConfigError(f"--distill-tau must be a positive number, got "
-                              f"{self.distill_tau}")
+        check_number("--distill-tau", self.distill_tau, positive=True)
         if self.teacher not in TEACHERS:
             raise ConfigError(f"--teacher must be cnn or cnn-small, got {self.teacher!r}")
         if set(self.cnn_fractions) - set(self.fractions):
@@ -287,6 +277,9 @@ class Study:
         self.seen: dict[str, dict] = {}  # run name -> its row, each counted once
         self.total = self.done = 0
         self.spent, self.trained, self.start = 0.0, 0, time.perf_counter()
+        # the DeiT arm's augmentation: chosen by sweep() unless the plan names it
+        self.level: str | None = None if plan.augmentation == "sweep" else plan.augmentation
+        self.sweep_scores: dict[str, float] | None = None  # the sweep's top-1 per level
 
     @property
     def rows(self) -> list[dict]:
@@ -447,7 +440,6 @@ class Study:
                       + (2 if p.source else 0)
                       + (2 if p.augmentation == "sweep" else 0)
                       + (2 * p.seeds if p.resolution else 0))
-        self.level = None if p.augmentation == "sweep" else p.augmentation
         self.sweep()  # the shared runs first: a worker skips one another worker holds
         self.pretrain()
         items = []
@@ -635,8 +627,7 @@ def run_workers(plan: StudyPlan, workers: int, say: Callable[[str], None] = log.
     cores two single-threaded workers train about twice the runs per hour of one process
     with two threads (a small ViT's step does not speed up with a second thread). Returns
     this process's :class:`Study` once every run of the plan has its row."""
-    if workers < 1:
-        raise ConfigError(f"--workers must be 1 or more, got {workers}")
+    check_number("--workers", workers)
     threads = max(1, (os.cpu_count() or 1) // workers)
     torch.set_num_threads(threads)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}

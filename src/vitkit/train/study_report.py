@@ -267,7 +267,7 @@ def run_data_study(plan: StudyPlan, workers: int = 1) -> dict[str, Path]:
     atomic_write(out / "plan.json", lambda tmp: tmp.write_text(text))
     study = run_workers(plan, workers) if workers != 1 else study  # it checks < 1
     rows = study.rows if workers != 1 else study.run()
-    return write_data_report(rows, plan, out, getattr(study, "sweep_scores", None))
+    return write_data_report(rows, plan, out, study.sweep_scores)
 
 
 def write_patch_report(rows: list[dict], opts: PatchStudyOptions, out: Path) -> dict[str, Path]:

@@ -36,7 +36,7 @@ from vitkit.errors import ConfigError, LockHeld, VitkitError
 from vitkit.models.cnn import create_cnn, is_cnn
 from vitkit.models.mae import MaskedAutoencoder
 from vitkit.models.registry import build_config, create_model
-from vitkit.recipe import cosine_lr, plan_run
+from vitkit.recipe import RunPlan, cosine_lr, plan_run
 from vitkit.train import config as config_io
 from vitkit.train import distributed, runfolder
 from vitkit.train import resume as resume_io
@@ -47,11 +47,19 @@ from vitkit.train.stopping import EarlyStop, holdout_split
 from vitkit.util.files import atomic_write, remove_stale_temporaries
 
 logger = logging.getLogger("vitkit")
+# The progress bar reads the loss to the host every LOG_EVERY optimizer steps (and at an
+# epoch's last): a read per step would make the host wait on the device every step.
+LOG_EVERY = 20
 
 
 class NonFiniteLoss(VitkitError, RuntimeError):
-    """The loss became NaN or infinite; the message names the step and the usual causes (and
-    goes to train.log, where ``vitkit doctor`` finds it)."""
+    """The loss became NaN or infinite; the message names the step and the usual causes (it
+    goes to train.log for people; ``result.json`` records ``stopped: "non-finite"`` with the
+    step, the epoch and the value, which is what ``vitkit doctor`` reads)."""
+
+    def __init__(self, message: str, step: int, epoch: int, value: float):
+        super().__init__(message)
+        self.step, self.epoch, self.value = step, epoch, value
 
 
 @dataclass
@@ -163,9 +171,8 @@ def epoch_batches(n: int, batch: int, seed: int, epoch: int, rank: int,
     batches of ``batch * world``, each dealt to the processes by stride (the last partial
     batch is dropped, so every process takes the same number of steps)."""
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 7919 + epoch))
-    per_step = batch * world
-    return [perm[s * per_step:(s + 1) * per_step][rank::world].tolist()
-            for s in range(n // per_step)]
+    order, per_step = perm.tolist(), batch * world
+    return [order[s * per_step:(s + 1) * per_step][rank::world] for s in range(n // per_step)]
 
 
 def _mixer(cfg: TrainConfig, num_classes: int):
@@ -360,16 +367,44 @@ class _Run:
 
 @dataclass
 class _EpochStats:
-    loss_sum: float  # sum of the step losses of this process's steps in the epoch
+    # sum of the step losses of this process's steps in the epoch: a tensor on the device
+    # while the epoch runs (read to the host at log intervals and at its end only)
+    loss_sum: torch.Tensor | float
     steps: int  # steps of the whole epoch, those before a resume included
     seen: int  # images, all processes
     start: float  # perf_counter at the epoch's start
     lr: float  # the last step's
 
 
-def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
-    """Resume state, data, model, teacher, optimiser and schedule: everything before step 1."""
-    run_dir = _run_dir(cfg, resume)
+@dataclass
+class _Data:
+    """The run's images: ``train`` (after --holdout and --data-fraction), ``val`` (what picks
+    the best epoch: the held-out share with --holdout), ``test`` (with --holdout: the
+    validation split, evaluated once at the end) and the class count."""
+
+    train: object
+    val: object
+    test: object | None
+    classes: int
+
+
+@dataclass
+class _Models:
+    """The model as trained (``raw``), as stepped (``net``: DDP when several processes) and
+    as called (``forward``: compiled when asked), its EMA, the teacher and the optimiser."""
+
+    raw: nn.Module
+    net: nn.Module
+    forward: nn.Module
+    ema: nn.Module | None
+    teacher: nn.Module | None
+    opt: torch.optim.Optimizer
+
+
+def _resume_state(cfg: TrainConfig | None, resume, run_dir: Path,
+                  ctx) -> tuple[TrainConfig, dict | None]:
+    """The config and the saved state of a resumed run (checked against each other), or
+    ``cfg`` and None; stale temporary files left by a killed writer are removed."""
     state = None
     if resume:
         cfg = config_io.load(run_dir / "config.yaml")
@@ -378,28 +413,34 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
     if ctx.main and run_dir.is_dir():
         for stale in remove_stale_temporaries(run_dir, "state.pt"):
             logger.info("removed %s, left by a process killed while writing", stale)
-    log = RunLog(run_dir, enabled=ctx.main, resume=state is not None)
-    torch.manual_seed(cfg.seed)
+    return cfg, state
 
-    data_options = dict(size=cfg.data_size, val_fraction=cfg.val_fraction, seed=cfg.seed,
-                        root=cfg.data_root, download=cfg.download)
-    train_split = load_split(cfg.data, "train", cfg.img_size, **data_options)
-    val_split = load_split(cfg.data, "val", cfg.img_size, **data_options)
-    num_classes = len(train_split.classes)
+
+def _build_data(cfg: TrainConfig) -> _Data:
+    """The splits of ``cfg.data``, the held-out share taken before the subset (its images are
+    never trained on)."""
+    options = dict(size=cfg.data_size, val_fraction=cfg.val_fraction, seed=cfg.seed,
+                   root=cfg.data_root, download=cfg.download)
+    train_split = load_split(cfg.data, "train", cfg.img_size, **options)
+    val_split = load_split(cfg.data, "val", cfg.img_size, **options)
+    classes = len(train_split.classes)
     test_split = None
-    if cfg.holdout > 0:  # before the subset: the held-out images are never trained on
+    if cfg.holdout > 0:
         train_split, held = holdout_split(train_split, cfg.holdout)
         test_split, val_split = val_split, held
     if cfg.data_fraction < 1.0:
         train_split = nested_subset(train_split, cfg.data_fraction, cfg.seed)
-    if ctx.main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        config_io.save(cfg, run_dir / "config.yaml")
+    return _Data(train_split, val_split, test_split, classes)
+
+
+def _say_data(cfg: TrainConfig, data: _Data, log: RunLog) -> None:
+    """The run's images and its stopping rule, in the log."""
+    train_split, val_split, test_split = data.train, data.val, data.test
     log.line(f"data {cfg.data}: {len(train_split)} train"
              + (f" ({cfg.data_fraction:g} of the split)" if cfg.data_fraction < 1 else "")
              + (f", {len(val_split)} held out to choose the best epoch, {len(test_split)} "
                 "val images evaluated once at the end" if test_split is not None else
-                f", {len(val_split)} val images") + f", {num_classes} classes")
+                f", {len(val_split)} val images") + f", {data.classes} classes")
     if cfg.patience:
         log.line(f"early stopping: the run stops once the validation loss has not improved "
                  f"for {cfg.patience} evaluations (at most {cfg.steps or cfg.epochs} "
@@ -407,22 +448,33 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
     if train_split.skipped:
         log.line(f"skipped {len(train_split.skipped)} unreadable images: "
                  + ", ".join(train_split.skipped))
-    plan = plan_run(cfg.to_dict(), len(train_split), num_classes, ctx.world)
+
+
+def _plan(cfg: TrainConfig, data: _Data, ctx, run_dir: Path, log: RunLog,
+          fresh: bool) -> RunPlan:
+    """The run's numbers (vitkit.recipe), written to run.json; the doctor's word on them
+    before the first step of a ``fresh`` run."""
+    plan = plan_run(cfg.to_dict(), len(data.train), data.classes, ctx.world)
     if plan.steps_per_epoch == 0:
-        raise ConfigError(f"{len(train_split)} training images cannot fill one global batch of "
+        raise ConfigError(f"{len(data.train)} training images cannot fill one global batch of "
                           f"{plan.global_batch}; lower --batch-size or --accum-steps")
     if ctx.main:
         text = json.dumps(plan.to_dict(), indent=2) + "\n"
         atomic_write(run_dir / "run.json", lambda tmp: tmp.write_text(text))
-    if state is None:  # the doctor's word on the plan, once, before the first step
+    if fresh:
         for finding in start_of_run(cfg.to_dict(), plan):
             if finding.level != "ok":
                 log.line(f"doctor: {finding.level}: {finding.summary}. Fix: {finding.fix}")
+    return plan
 
-    model = build_model(cfg, num_classes, train_split.classes)
+
+def _build_models(cfg: TrainConfig, data: _Data, plan: RunPlan, state: dict | None, ctx,
+                  run_dir: Path) -> _Models:
+    """The model (from ``state`` on a resume), its EMA, the teacher and AdamW."""
+    raw = build_model(cfg, data.classes, data.train.classes)
     if state is not None:
-        resume_io.load_model_state(model, state, run_dir / "state.pt")
-    raw = model.to(ctx.device)
+        resume_io.load_model_state(raw, state, run_dir / "state.pt")
+    raw = raw.to(ctx.device)
     if cfg.grad_checkpointing:
         if not hasattr(raw, "set_grad_checkpointing"):
             raise ConfigError(f"--grad-checkpointing applies to ViTs; {cfg.model} is a CNN")
@@ -434,46 +486,66 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
     if cfg.distill:
         teacher = load_model(cfg.teacher).to(ctx.device).eval().requires_grad_(False)
     net = DistributedDataParallel(raw) if ctx.world > 1 else raw
-
     opt = torch.optim.AdamW(param_groups(raw, cfg.weight_decay, cfg.layer_decay), lr=plan.lr)
     if state is not None:
         opt.load_state_dict(state["optimizer"])
-    log.line(f"model {cfg.model}{' from ' + cfg.init if cfg.init else ''}: "
-             f"{sum(p.numel() for p in raw.parameters()):,} parameters; {ctx.world} process(es) "
-             f"on {ctx.device}; global batch {plan.global_batch}, lr {plan.lr:.3g}, "
-             f"{plan.steps_per_epoch} steps/epoch")
+    return _Models(raw, net, torch.compile(net) if cfg.compile else net, ema, teacher, opt)
 
+
+def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
+    """Resume state, data, plan, models: everything before step 1, from the builders above."""
+    run_dir = _run_dir(cfg, resume)
+    cfg, state = _resume_state(cfg, resume, run_dir, ctx)
+    log = RunLog(run_dir, enabled=ctx.main, resume=state is not None)
+    torch.manual_seed(cfg.seed)
+    data = _build_data(cfg)
+    if ctx.main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        config_io.save(cfg, run_dir / "config.yaml")
+    _say_data(cfg, data, log)
+    plan = _plan(cfg, data, ctx, run_dir, log, fresh=state is None)
+    models = _build_models(cfg, data, plan, state, ctx, run_dir)
+    log.line(f"model {cfg.model}{' from ' + cfg.init if cfg.init else ''}: "
+             f"{sum(p.numel() for p in models.raw.parameters()):,} parameters; {ctx.world} "
+             f"process(es) on {ctx.device}; global batch {plan.global_batch}, lr "
+             f"{plan.lr:.3g}, {plan.steps_per_epoch} steps/epoch")
     run = _Run(
-        cfg=cfg, ctx=ctx, run_dir=run_dir, log=log, raw=raw, net=net,
-        forward=torch.compile(net) if cfg.compile else net, ema=ema, teacher=teacher, opt=opt,
-        train_ds=Transformed(train_split, train_transform(
+        cfg=cfg, ctx=ctx, run_dir=run_dir, log=log, raw=models.raw, net=models.net,
+        forward=models.forward, ema=models.ema, teacher=models.teacher, opt=models.opt,
+        train_ds=Transformed(data.train, train_transform(
             cfg.img_size, cfg.mean, cfg.std, crop_scale=cfg.crop_scale, hflip=cfg.hflip,
             randaugment=cfg.randaugment, random_erasing=cfg.random_erasing), cfg.seed),
-        val_loader=_val_loader(val_split, cfg, ctx), test_split=test_split,
-        train_split=train_split, mixer=_mixer(cfg, num_classes),
+        val_loader=_val_loader(data.val, cfg, ctx), test_split=data.test,
+        train_split=data.train, mixer=_mixer(cfg, data.classes),
         autocast=torch.autocast("cuda", dtype=torch.bfloat16) if ctx.device.type == "cuda"
         else torch.autocast("cpu", enabled=False),
-        num_classes=num_classes, train_images=len(train_split), global_batch=plan.global_batch,
-        base_lr=plan.lr, steps_per_epoch=plan.steps_per_epoch, epochs=plan.epochs,
-        total=plan.total_steps, warmup=plan.warmup_steps,
+        num_classes=data.classes, train_images=len(data.train),
+        global_batch=plan.global_batch, base_lr=plan.lr,
+        steps_per_epoch=plan.steps_per_epoch, epochs=plan.epochs, total=plan.total_steps,
+        warmup=plan.warmup_steps,
         show=(sys.stderr.isatty() if progress is None else progress) and ctx.main,
         progress=resume_io.Progress(run_dir, ctx.main),
         stop=EarlyStop(cfg.patience, anneal_epochs=cfg.anneal_epochs),
     )
     if state is not None:
-        run.step, run.best, run.history = state["step"], state["best"], state["history"]
-        run.start_epoch, run.done_in_epoch = state["epoch"], state["step_in_epoch"]
-        run.epoch_loss_sum = state.get("epoch_loss_sum", 0.0)
-        run.stop = EarlyStop.from_state(state.get("early_stop"), cfg.patience,
-                                        cfg.anneal_epochs)
-        torch.set_rng_state(state["rng"])
-        reached = run.progress.last()
-        again = (f"; the {reached - run.step} steps run after it (to step {reached}) are done "
-                 "again" if reached is not None and reached > run.step else
-                 "; no step is done again")
-        log.line(f"resumed at epoch {run.start_epoch + 1}, step {run.step} "
-                 f"({run.done_in_epoch} steps into the epoch), the last saved state{again}")
+        _restore(run, state)
     return run
+
+
+def _restore(run: _Run, state: dict) -> None:
+    """Put a resumed run where its state left it, and say which steps are done again."""
+    cfg = run.cfg
+    run.step, run.best, run.history = state["step"], state["best"], state["history"]
+    run.start_epoch, run.done_in_epoch = state["epoch"], state["step_in_epoch"]
+    run.epoch_loss_sum = state.get("epoch_loss_sum", 0.0)
+    run.stop = EarlyStop.from_state(state.get("early_stop"), cfg.patience, cfg.anneal_epochs)
+    torch.set_rng_state(state["rng"])
+    reached = run.progress.last()
+    again = (f"; the {reached - run.step} steps run after it (to step {reached}) are done "
+             "again" if reached is not None and reached > run.step else
+             "; no step is done again")
+    run.log.line(f"resumed at epoch {run.start_epoch + 1}, step {run.step} "
+                 f"({run.done_in_epoch} steps into the epoch), the last saved state{again}")
 
 
 def _loss(run: _Run, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -515,7 +587,7 @@ def _train_epoch(run: _Run, epoch: int, guard=None) -> _EpochStats:
             group["lr"] = lr * group.get("lr_scale", 1.0)
         torch.manual_seed(sample_seed(cfg.seed + 1, epoch, run.step))  # dropout, mixing
         run.opt.zero_grad(set_to_none=True)
-        step_loss = 0.0
+        step_loss = torch.zeros((), device=ctx.device)  # stays on the device
         for k in range(cfg.accum_steps):
             x, y = next(it)
             x, y = x.to(ctx.device), y.to(ctx.device)
@@ -525,10 +597,10 @@ def _train_epoch(run: _Run, epoch: int, guard=None) -> _EpochStats:
             sync = k == cfg.accum_steps - 1 or ctx.world == 1
             with (contextlib.nullcontext() if sync else run.net.no_sync()), run.autocast:
                 loss = _loss(run, x, target)
-                value = loss.item()  # one host sync per micro-step, used twice
-                _check_finite(value, run.step, epoch, run.run_dir, lr, ctx)
                 (loss / cfg.accum_steps).backward()
-            step_loss += value / cfg.accum_steps
+            step_loss += loss.detach().float() / cfg.accum_steps
+        # the step's one collective and one read to the host: non-finite loss, Ctrl-C
+        stop = _step_flags(run, step_loss, guard, epoch, lr)
         if cfg.clip_grad > 0:
             nn.utils.clip_grad_norm_(run.raw.parameters(), cfg.clip_grad)
         run.opt.step()
@@ -536,17 +608,18 @@ def _train_epoch(run: _Run, epoch: int, guard=None) -> _EpochStats:
             _update_ema(run.ema, run.raw, cfg.ema_decay)
         run.step += 1
         stats.seen += run.global_batch
-        stats.loss_sum += step_loss
+        stats.loss_sum = stats.loss_sum + step_loss
         stats.lr = lr
-        rate = stats.seen / (time.perf_counter() - stats.start)
-        bar.set_postfix(loss=f"{step_loss:.3f}", lr=f"{lr:.2e}", img_s=f"{rate:.0f}")
+        if run.show and (run.step % LOG_EVERY == 0 or in_epoch + 1 == last):
+            rate = stats.seen / (time.perf_counter() - stats.start)
+            bar.set_postfix(loss=f"{step_loss.item():.3f}", lr=f"{lr:.2e}",
+                            img_s=f"{rate:.0f}")
         run.progress.step(run.step)
-        stop = _asked_to_stop(run, guard)
         if ((cfg.checkpoint_every and run.step % cfg.checkpoint_every == 0) or stop) \
                 and in_epoch + 1 < last and ctx.main:
             _save_state(run.run_dir / "state.pt", run.raw, run.opt, run.ema, dict(
                 step=run.step, epoch=epoch, step_in_epoch=in_epoch + 1, best=run.best,
-                history=run.history, epoch_loss_sum=stats.loss_sum,
+                history=run.history, epoch_loss_sum=float(stats.loss_sum),
                 early_stop=run.stop.state()), cfg)
         if stop and in_epoch + 1 < last:
             _stopped(run)
@@ -577,6 +650,47 @@ def _asked_to_stop(run: _Run, guard) -> bool:
     return asked
 
 
+def _score(row: dict, cfg: TrainConfig) -> float:
+    """What picks best.safetensors without --patience: an evaluation's top-1 (the EMA's where
+    better), or minus the reconstruction loss for a masked autoencoder."""
+    if cfg.objective == "mae":
+        return -row["val_loss"]
+    return max(row["val_top1"], row.get("ema_top1", -1.0))
+
+
+def _best_epoch(run: _Run) -> int:
+    """The epoch best.safetensors holds: with --patience, the lowest validation loss (what
+    early stopping watches); else the first evaluation of the highest :func:`_score`."""
+    if run.cfg.patience:
+        return run.stop.best_epoch
+    return max(run.history, key=lambda r: _score(r, run.cfg))["epoch"]
+
+
+def _step_flags(run: _Run, step_loss: torch.Tensor, guard, epoch: int, lr: float) -> bool:
+    """After a step's micro-batches, before the optimizer steps: whether any process's loss is
+    not finite (raises :class:`NonFiniteLoss`, every process together) and whether Ctrl-C was
+    pressed on any (returned: they stop at the same step). One all-reduce of both flags and
+    one read to the host per optimizer step, whatever the accumulation."""
+    asked = guard is not None and guard.asked
+    flags = torch.stack([(~torch.isfinite(step_loss)).float(),
+                         torch.tensor(float(asked), device=step_loss.device)])
+    bad, stop = distributed.all_reduce_sum(flags).tolist()
+    if bad > 0:
+        value = step_loss.item()
+        last = run.run_dir / "last.safetensors"
+        kept = f"the last good checkpoint is {last}" if last.exists() else \
+            "no checkpoint was written before it"
+        where = f"became {value}" if not math.isfinite(value) else \
+            "became non-finite on another process"
+        raise NonFiniteLoss(
+            f"the loss {where} at step {run.step + 1} (epoch {epoch + 1}); training "
+            f"stopped and {kept}. Usual causes: a learning rate too high (it was {lr:.3g}: "
+            "try --lr lower, a longer --warmup-epochs or --clip-grad 1.0), float16 overflow "
+            "(vitkit uses bfloat16 on GPU), or broken input images.",
+            step=run.step + 1, epoch=epoch + 1, value=value)
+    return stop > 0
+
+
 def _stopped(run: _Run) -> None:
     """Say where an interrupted run stands, then stop it."""
     run.log.line(f"interrupted at step {run.step}: the state is saved; continue with "
@@ -591,15 +705,13 @@ def _evaluate_and_save(run: _Run, epoch: int, stats: _EpochStats) -> None:
     metrics = evaluate(run.raw, run.val_loader, ctx.device, run.num_classes)
     elapsed = time.perf_counter() - stats.start
     row = {"epoch": epoch + 1, "step": run.step,
-           "train_loss": stats.loss_sum / max(1, stats.steps),
+           "train_loss": float(stats.loss_sum) / max(1, stats.steps),
            "val_loss": metrics["loss"], "val_top1": metrics["top1"], "val_top5": metrics["top5"],
            "lr": stats.lr, "seconds": elapsed, "images_per_s": stats.seen / elapsed}
     if run.ema is not None:
         row["ema_top1"] = evaluate(run.ema, run.val_loader, ctx.device, run.num_classes)["top1"]
     run.history.append(row)
-    # the score that picks best.safetensors without patience; -loss for a masked autoencoder
-    score = -row["val_loss"] if run.cfg.objective == "mae" else \
-        max(row["val_top1"], row.get("ema_top1", -1.0))
+    score = _score(row, run.cfg)
     was_stopped = run.stop.stopped
     lowest = run.stop.update(row["val_loss"], epoch + 1)
     stops_now = run.stop.stopped and not was_stopped
@@ -607,7 +719,8 @@ def _evaluate_and_save(run: _Run, epoch: int, stats: _EpochStats) -> None:
     if anneals:
         run.stop.begin_anneal(epoch + 1, run.step, _lr(run))
     # with early stopping the best checkpoint is the lowest validation loss (what it stops on)
-    better = lowest if run.cfg.patience else score > run.best
+    # (the first evaluation always: a masked autoencoder's score, -loss, may be below -1)
+    better = lowest if run.cfg.patience else len(run.history) == 1 or score > run.best
     if run.cfg.patience and lowest and run.cfg.objective != "mae":
         score = row["val_top1"]
     if ctx.main:
@@ -616,7 +729,7 @@ def _evaluate_and_save(run: _Run, epoch: int, stats: _EpochStats) -> None:
         if better:
             save_model(_saved(run.ema if ema_better and not run.cfg.patience else run.raw),
                        run.run_dir / "best.safetensors")
-        best = (score if better else run.best) if run.cfg.patience else max(run.best, score)
+        best = score if better else run.best
         _save_state(run.run_dir / "state.pt", run.raw, run.opt, run.ema, dict(
             step=run.step, epoch=epoch + 1, step_in_epoch=0, best=best,
             history=run.history, early_stop=run.stop.state()), run.cfg)
@@ -633,10 +746,7 @@ def _evaluate_and_save(run: _Run, epoch: int, stats: _EpochStats) -> None:
             run.log.line(f"annealed for {run.stop.anneal_epochs} epochs: the best validation "
                          f"loss went from {run.stop.best_before_anneal:.4f} to "
                          f"{run.stop.best_loss:.4f} (epoch {run.stop.best_epoch})")
-    if run.cfg.patience:
-        run.best = score if better else run.best
-    else:
-        run.best = max(run.best, score)
+    run.best = score if better else run.best
 
 
 def _train(cfg: TrainConfig | None, resume, ctx, progress) -> RunResult:
@@ -651,6 +761,8 @@ def _train(cfg: TrainConfig | None, resume, ctx, progress) -> RunResult:
             except NonFiniteLoss as err:
                 run.log.line(str(err))
                 run.log.close()
+                if ctx.main:  # what the doctor reads; the log line is for people
+                    _record_non_finite(run, err)
                 raise
             stop = _asked_to_stop(run, guard)
             epoch += 1  # epochs done
@@ -667,6 +779,14 @@ def _train(cfg: TrainConfig | None, resume, ctx, progress) -> RunResult:
     return RunResult(run.run_dir, run.best, run.history, run.train_images, outcome)
 
 
+def _record_non_finite(run: _Run, err: NonFiniteLoss) -> None:
+    """result.json of a run stopped by a non-finite loss: where and what (the value as text,
+    since JSON has no NaN)."""
+    text = json.dumps(dict(stopped="non-finite", step=err.step, epoch=err.epoch,
+                           loss=str(err.value), epochs=len(run.history)), indent=2) + "\n"
+    atomic_write(run.run_dir / "result.json", lambda tmp: tmp.write_text(text))
+
+
 def _outcome(run: _Run) -> dict:
     """How a run with --patience or --holdout ended, and its best checkpoint's numbers on the
     validation split (with --holdout: seen here for the first time) and on its own training
@@ -674,9 +794,7 @@ def _outcome(run: _Run) -> dict:
     ctx, cfg = run.ctx, run.cfg
     distributed.barrier()  # the main process has written best.safetensors
     mae = cfg.objective == "mae"
-    chosen = run.stop.best_epoch if cfg.patience else max(  # best.safetensors' epoch
-        run.history, key=lambda r: -r["val_loss"] if mae else
-        max(r["val_top1"], r.get("ema_top1", -1.0)))["epoch"]
+    chosen = _best_epoch(run)
     out = dict(stopped="patience" if run.stop.stopped else "maximum" if cfg.patience
                else "budget", epochs=run.history[-1]["epoch"] if run.history else 0,
                max_epochs=run.epochs, steps=run.step, best_epoch=chosen,
@@ -728,20 +846,3 @@ def _update_ema(ema: nn.Module, model: nn.Module, decay: float) -> None:
             e.lerp_(p.detach(), 1 - decay)
         for e, b in zip(ema.buffers(), model.buffers(), strict=True):
             e.copy_(b)
-
-
-def _check_finite(loss: float, step: int, epoch: int, run_dir: Path, lr: float,
-                  ctx) -> None:
-    """Stop every process together when any one's loss is not finite."""
-    bad = torch.tensor(float(not math.isfinite(loss)), device=ctx.device)
-    if distributed.all_reduce_sum(bad).item() > 0:
-        last = run_dir / "last.safetensors"
-        kept = f"the last good checkpoint is {last}" if last.exists() else \
-            "no checkpoint was written before it"
-        raise NonFiniteLoss(
-            f"the loss became {loss} at step {step + 1} (epoch {epoch + 1}); training "
-            f"stopped and {kept}. Usual causes: a learning rate too high (it was {lr:.3g}: "
-            "try --lr lower, a longer --warmup-epochs or --clip-grad 1.0), float16 overflow "
-            "(vitkit uses bfloat16 on GPU), or broken input images."
-        )
-

@@ -20,6 +20,7 @@ from vitkit.explain.attention import cls_attention
 from vitkit.explain.methods import applicable, explain_map
 from vitkit.explain.perturb import deletion_insertion, random_maps
 from vitkit.models.cnn import is_cnn
+from vitkit.util.numbers import check_number
 from vitkit.viz import plot
 
 # writing failed, not reading: no space, over quota, a read-only file system
@@ -61,8 +62,7 @@ def explain_images(model, images: list[str | os.PathLike], out_dir: str | os.Pat
     if is_cnn(model):
         raise VitkitError(f"attention maps need a ViT; this checkpoint is a CNN "
                           f"({model.cfg.arch}). Use `vitkit predict` for its predictions.")
-    if top_k < 1:
-        raise VitkitError(f"--top-k must be 1 or more, got {top_k}")
+    check_number("--top-k", top_k, error=VitkitError)
     if not -model.cfg.depth <= layer < model.cfg.depth:
         raise VitkitError(f"--layer {layer} does not exist: the model has {model.cfg.depth} "
                           f"layers (0..{model.cfg.depth - 1}, or -1 for the last)")

@@ -1,7 +1,7 @@
 """Make the real runs of the doctor's catalogue (tests/doctor_catalogue.py): short vitkit
 trainings on the digits, each keeping what `vitkit doctor` reads (config.yaml, metrics.csv,
-train.log, run.json) and, for the healthy run, its trained checkpoint. About 5 minutes on 2 CPU
-cores:
+run.json, result.json), its train.log and, for the healthy run, its trained checkpoint. About 5
+minutes on 2 CPU cores (`make_runs.py NAME...` makes only those):
 
     .venv/bin/python tests/data/doctor/make_runs.py
 
@@ -19,7 +19,7 @@ from vitkit.train import resolve, train
 from vitkit.train.trainer import NonFiniteLoss
 
 HERE = Path(__file__).parent
-KEPT = ("config.yaml", "metrics.csv", "train.log", "run.json")
+KEPT = ("config.yaml", "metrics.csv", "train.log", "run.json", "result.json")
 BASE = dict(data="digits", model="vit_nano_patch4_32", batch_size=64, seed=0)
 RUNS = {
     # 44 steps at a small lr: too early to judge learning (the doctor once called it an error)

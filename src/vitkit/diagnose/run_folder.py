@@ -1,13 +1,14 @@
 """What a run folder says, in vitkit's terms, whichever program wrote it: the config, the
-metrics per epoch, the log and the trainer's resolved plan (``run.json``)."""
+metrics per epoch, the trainer's resolved plan (``run.json``) and how the run ended
+(``result.json``). Only these structured files are read: ``train.log`` is prose for people,
+and rewording it changes no diagnosis."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vitkit.recipe import RunPlan, plan_run, scaled_lr
+from vitkit.recipe import DEFAULT_BATCH_SIZE, RunPlan, plan_run, scaled_lr
 
 
 @dataclass
@@ -17,8 +18,8 @@ class Run:
     folder: Path | None
     config: dict
     metrics: list[dict] = field(default_factory=list)
-    log: str = ""
     plan: dict | None = None  # the trainer's resolved numbers (run.json, a RunPlan) if known
+    result: dict | None = None  # how the run ended (result.json) if it says
     source: str = "vitkit"  # the program that wrote the folder: "vitkit", "timm", "hf"
     classes_known: int | None = None  # the class count where another program's folder says it
     unknown: frozenset = frozenset()  # what the folder cannot say ("optimizer", "init")
@@ -27,19 +28,13 @@ class Run:
 
     @property
     def train_images(self) -> int | None:
-        if self.plan:
-            return int(self.plan["train_images"])
-        m = re.search(r"data \S+: (\d+) train", self.log)  # a run folder from before run.json
-        return int(m.group(1)) if m else None
+        return int(self.plan["train_images"]) if self.plan else None
 
     @property
     def classes(self) -> int | None:
         if self.classes_known:
             return self.classes_known
-        if self.plan:
-            return int(self.plan["classes"])
-        m = re.search(r"(\d+) classes", self.log)
-        return int(m.group(1)) if m else None
+        return int(self.plan["classes"]) if self.plan else None
 
     @property
     def vitkit_plan(self) -> RunPlan | None:
@@ -58,8 +53,8 @@ class Run:
     @property
     def effective_lr(self) -> float | None:
         """The peak learning rate: vitkit's lr is per 512 images, scaled by the global batch
-        (processes and accumulation steps included; one process when neither ``run.json`` nor
-        ``train.log`` says more); another program's is the lr itself."""
+        (processes and accumulation steps included; one process when ``run.json`` does not
+        say); another program's is the lr itself."""
         plan = self.vitkit_plan
         if plan is not None:
             return plan.lr
@@ -67,9 +62,8 @@ class Run:
         try:
             lr = float(lr) if lr is not None else None
             if lr is not None and self.source == "vitkit" and "recipe" in self.config:
-                # a vitkit config without its log: scaled by its batch, one process assumed
-                world = self.world or 1
-                lr = scaled_lr(lr, int(self.config.get("batch_size", 64)), world,
+                # a vitkit config without its run.json: scaled by its batch, one process
+                lr = scaled_lr(lr, int(self.config.get("batch_size", DEFAULT_BATCH_SIZE)), 1,
                                int(self.config.get("accum_steps", 1) or 1))
             return lr
         except (TypeError, ValueError):
@@ -77,11 +71,8 @@ class Run:
 
     @property
     def world(self) -> int | None:
-        """Processes that trained the run, where the plan or the log says it."""
-        if self.plan:
-            return int(self.plan.get("world", 1))
-        m = re.search(r"(\d+) process\(es\)", self.log)
-        return int(m.group(1)) if m else None
+        """Processes that trained the run, where its plan says it."""
+        return int(self.plan.get("world", 1)) if self.plan else None
 
     @property
     def steps(self) -> int | None:

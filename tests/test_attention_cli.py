@@ -65,3 +65,26 @@ def test_distilled_deit_checkpoint(tmp_path, capsys):
     assert main(["attention", str(PHOTOS / "flower.jpg"), "--checkpoint", str(path),
                  "--method", "grad-rollout", "--out", str(tmp_path / "o")]) == 0
     assert np.load(tmp_path / "o" / "flower_grad-rollout.npy").shape == (14, 14)
+
+
+def test_the_verdict_scores_the_map_once_and_reuses_its_deletion_auc(checkpoint, tmp_path,
+                                                                     capsys, monkeypatch):
+    from vitkit.explain import trust
+
+    passed = []
+    real = trust.random_floor
+
+    def spy(*args, **kwargs):
+        passed.append(kwargs.get("own_auc"))
+        floor = real(*args, **kwargs)
+        fresh = real(*args, **{**kwargs, "own_auc": None})  # the map scored again, as before
+        np.testing.assert_allclose(floor.percentile.numpy(), fresh.percentile.numpy())
+        return floor
+
+    monkeypatch.setattr(trust, "random_floor", spy)
+    assert main(["attention", str(PHOTOS / "china.jpg"), "--checkpoint", str(checkpoint),
+                 "--method", "chefer", "--faithfulness", "--out", str(tmp_path)]) == 0
+    auc = float(re.search(r"faithfulness chefer +deletion AUC ([0-9.]+)",
+                          capsys.readouterr().out).group(1))
+    assert len(passed) == 1 and passed[0] is not None
+    assert float(passed[0][0]) == pytest.approx(auc, abs=5e-4)

@@ -186,16 +186,17 @@ def _explain_one(model, path: Path, stage: Path, o: _Settings) -> ImageReport:
     plot.save(plot.figure_methods(picture, panels, title=title), stage / f"{o.method}.png")
     report.files += [f"{o.method}.png", f"{o.method}.npy"]
     if o.faithfulness:
-        curves = {}
+        curves, own = {}, None
         for name, m in ((o.method, explanation.map), ("random", random_maps(explanation.map))):
             c = deletion_insertion(model, x, m, explanation.target,
                                    baseline=trust.VERDICT_BASELINE)
             curves[name] = (c.deletion[0].numpy(), c.insertion[0].numpy())
             report.faithfulness[name] = {"deletion_auc": float(c.deletion_auc[0]),
                                          "insertion_auc": float(c.insertion_auc[0])}
+            own = c.deletion_auc if own is None else own  # the map's, computed once
         # the verdict: against many random maps, not the one drawn above
         floor = trust.random_floor(model, x, explanation.map, explanation.target,
-                                   baseline=trust.VERDICT_BASELINE)
+                                   baseline=trust.VERDICT_BASELINE, own_auc=own)
         report.faithfulness[o.method].update(
             baseline=trust.VERDICT_BASELINE,
             percentile_vs_random=float(floor.percentile[0]), p_value=float(floor.p_value[0]))

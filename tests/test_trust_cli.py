@@ -76,3 +76,22 @@ def test_the_faithfulness_benchmark_runs_on_a_tiny_model(tmp_path):
     assert "| random |" in text and "| chefer |" in text
     assert "Left out: map (does not apply to this model's readout)." in text
     assert (tmp_path / "explain_faithfulness.png").exists()
+
+
+def test_the_verdicts_floor_is_the_constant_baseline_whatever_baselines_are_asked():
+    from vitkit.data import cluttered_digits
+    from vitkit.explain import trust
+    from vitkit.explain.registry import explain_map
+
+    model = vitkit.load_model(TRAINED, verbose=False)
+    x = cluttered_digits(8, "val", canvas=32, align=4, seed=2).images
+    e = explain_map(model, x, "cls")
+    kw = dict(n=10, steps=8)
+    floors = {b: trust.random_floor(model, x, e.map, e.target, baseline=b, **kw)
+              .percentile.mean().item() for b in ("blur", "constant")}
+    assert floors["blur"] != floors["constant"]  # else the test could not tell them apart
+    kw = dict(n_random=10, steps=8)
+    blur = trust.score_maps(model, x, e.map, e.target, baselines=("blur",), **kw)
+    both = trust.score_maps(model, x, e.map, e.target, baselines=("blur", "constant"), **kw)
+    assert blur["percentile_vs_random"] == both["percentile_vs_random"] == floors["constant"]
+    assert "deletion_constant" not in blur

@@ -220,7 +220,8 @@ def score_maps(model, images: torch.Tensor, maps: torch.Tensor, target: torch.Te
                n_random: int = RANDOM_MAPS, steps: int = 16, batch_size: int = 256) -> dict:
     """The scores of one method's maps (B, gh, gw) for ``target`` (B,), whoever made them: the
     mean deletion and insertion AUC under each baseline, the percentile and win rate against
-    ``n_random`` random maps (deletion, most relevant first, the first baseline), and where
+    ``n_random`` random maps (deletion, most relevant first, under ``VERDICT_BASELINE``
+    whichever ``baselines`` are asked for, so that the verdict means one thing), and where
     ``boxes`` (B, 4) are known the pointing game and the mass in the box."""
     row = {}
     for baseline in baselines:
@@ -228,9 +229,9 @@ def score_maps(model, images: torch.Tensor, maps: torch.Tensor, target: torch.Te
             row[f"{mode}_{baseline}"] = auc(perturbation_curves(
                 model, images, maps, target, mode=mode, baseline=baseline, steps=steps,
                 batch_size=batch_size))
-    floor = random_floor(model, images, maps, target, n=n_random, baseline=baselines[0],
+    floor = random_floor(model, images, maps, target, n=n_random, baseline=VERDICT_BASELINE,
                          steps=steps, batch_size=batch_size,
-                         own_auc=row[f"deletion_{baselines[0]}"])
+                         own_auc=row.get(f"deletion_{VERDICT_BASELINE}"))
     row = {k: v.mean().item() for k, v in row.items()}
     row["percentile_vs_random"] = floor.percentile.mean().item()
     row["win_rate"] = (floor.p_value <= 0.05).float().mean().item()
@@ -247,8 +248,8 @@ def method_table(model, images: torch.Tensor, *, boxes: torch.Tensor | None = No
                  batch_size: int = 256, progress=None) -> tuple[list[dict], list[str]]:
     """Every method that applies to ``model`` (or those of ``methods`` that do) on ``images``:
     one row per method with deletion and insertion AUC under each baseline, the percentile and
-    win rate against ``n_random`` random maps (deletion, most relevant first, the first
-    baseline), pointing game and mass in box where ``boxes`` (B, 4) are known, the
+    win rate against ``n_random`` random maps (deletion, most relevant first, under
+    ``VERDICT_BASELINE``), pointing game and mass in box where ``boxes`` (B, 4) are known, the
     randomisation and class-sensitivity verdicts (on the first ``sanity_images`` images) and
     the seconds per map. Returns (rows, methods left out with the reason)."""
     fits = applicable(model.cfg)

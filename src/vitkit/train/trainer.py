@@ -782,8 +782,13 @@ def _train(cfg: TrainConfig | None, resume, ctx, progress) -> RunResult:
 def _record_non_finite(run: _Run, err: NonFiniteLoss) -> None:
     """result.json of a run stopped by a non-finite loss: where and what (the value as text,
     since JSON has no NaN)."""
-    text = json.dumps(dict(stopped="non-finite", step=err.step, epoch=err.epoch,
-                           loss=str(err.value), epochs=len(run.history)), indent=2) + "\n"
+    _write_result(run, dict(stopped="non-finite", step=err.step, epoch=err.epoch,
+                            loss=str(err.value), epochs=len(run.history)))
+
+
+def _write_result(run: _Run, out: dict) -> None:
+    """The run's result.json (atomically): how it ended and its numbers."""
+    text = json.dumps(out, indent=2) + "\n"
     atomic_write(run.run_dir / "result.json", lambda tmp: tmp.write_text(text))
 
 
@@ -807,8 +812,7 @@ def _outcome(run: _Run) -> dict:
     if mae:  # an encoder without a trained head: its numbers are the reconstruction's
         out["objective"] = "mae"
         if ctx.main:
-            text = json.dumps(out, indent=2) + "\n"
-            atomic_write(run.run_dir / "result.json", lambda tmp: tmp.write_text(text))
+            _write_result(run, out)
             run.log.line(f"masked-image pre-training ended after {out['epochs']} epochs; best "
                          f"epoch {chosen}: reconstruction loss {out['best_val_loss']:.4f} on "
                          "the held-out images; best.safetensors is its encoder")
@@ -821,8 +825,7 @@ def _outcome(run: _Run) -> dict:
     train = evaluate(best, _val_loader(run.train_split, cfg, ctx), ctx.device, run.num_classes)
     out.update(train_loss=train["loss"], train_top1=train["top1"])
     if ctx.main:
-        text = json.dumps(out, indent=2) + "\n"
-        atomic_write(run.run_dir / "result.json", lambda tmp: tmp.write_text(text))
+        _write_result(run, out)
         run.log.line(f"{'stopped early' if out['stopped'] == 'patience' else 'ran every epoch'}"
                      f" after {out['epochs']} epochs; best epoch {out['best_epoch']}: "
                      f"top-1 {train['top1']:.4f} on its training images"

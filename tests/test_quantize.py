@@ -130,3 +130,38 @@ def test_a_calibration_folder_without_an_image_is_named(tmp_path, capsys):
         main(["quantize", str(TRAINED), str(out), "--data", "digits", "--budget", "150"])
     assert bad.value.code == 2 and not out.exists()
     assert "expected points of top-1" in capsys.readouterr().err
+
+
+def test_a_model_int8_keeps_whole_is_scored_once_per_half_with_one_session(tmp_path,
+                                                                           monkeypatch):
+    from vitkit.deploy import quantize as q
+
+    sessions, scored = [], []
+    real_top1, real_model = q.top1, q.OnnxModel
+
+    def count_top1(model, loader):
+        scored.append((model.path.name, len(loader.dataset)))
+        return real_top1(model, loader)
+
+    class Counted(real_model):
+        def __init__(self, path, *args, **kwargs):
+            sessions.append(path.name)
+            super().__init__(path, *args, **kwargs)
+
+    monkeypatch.setattr(q, "top1", count_top1)
+    monkeypatch.setattr(q, "OnnxModel", Counted)
+    src = export_onnx(vitkit.load_model(TRAINED, verbose=False), tmp_path / "m.onnx")
+    report = quantize(src, tmp_path / "q.onnx", "digits")
+    assert report.kept_float == [] and report.int8_top1 == report.naive_top1
+    assert sessions.count("int8.onnx") == 1
+    int8 = [n for name, n in scored if name == "int8.onnx"]
+    assert sorted(int8) == sorted([report.selection_images, report.images])  # once per half
+
+
+def test_the_choice_of_images_is_fixed_sorted_and_within_the_limit():
+    from vitkit.deploy.quantize import _choice
+
+    assert _choice(10, 0) == list(range(10)) == _choice(10, 10) == _choice(10, 50)
+    few = _choice(1000, 64)
+    assert few == sorted(set(few)) and len(few) == 64 and few == _choice(1000, 64)
+    assert max(few) < 1000 and few != list(range(64))

@@ -179,21 +179,31 @@ def test_the_doctor_reports_a_confirmed_shortcut_and_nothing_on_a_clean_model(tm
 
     findings = diagnose(marked)
     warned = [f for f in findings if f.level == "warning"]
-    assert any(f.check == "audit.fixed-region"
+    assert any(f.check == "audit.region"
                and "relies on a fixed region for class 3" in f.summary for f in warned), \
         to_text(findings, str(marked))
     assert all("class 3" in f.summary for f in warned)
     assert "report.html" in warned[0].fix
     clean = _audit(tmp_path / "c", CLEAN, "cluttered-digits", "val", 300)
     assert [(f.check, f.level) for f in diagnose(clean)] == [("audit.shortcuts", "ok")]
-    # the committed example's clean model: patterns in the maps that masking refuted are no alarm
+    # the committed example's clean model: patterns that the tests refuted are no alarm, and
+    # the titles are the audit's own
     example = Path(__file__).parents[1] / "examples" / "audit-shortcut" / "clean"
+    record = json.loads((example / "audit.json").read_text())
     tmp = tmp_path / "example"
     tmp.mkdir()
-    (tmp / "audit.json").write_text((example / "audit.json").read_text())
-    ok = diagnose(tmp)
-    assert [(f.check, f.level) for f in ok] == [("audit.shortcuts", "ok")]
-    assert "7 pattern(s) in the maps were tested by masking and not confirmed" in ok[0].summary
+    (tmp / "audit.json").write_text(json.dumps(record))
+    refuted = sum(h["verdict"] == "refuted" for h in record["hypotheses"])
+    unsettled = [h["title"] for h in record["hypotheses"] if h["verdict"] == "unsettled"]
+    found = diagnose(tmp)
+    assert record["findings"] == []
+    if unsettled:
+        assert [(f.check, f.level) for f in found] == [("audit.hypotheses", "unknown")]
+        assert all(t in found[0].summary for t in unsettled)
+    else:
+        assert [(f.check, f.level) for f in found] == [("audit.shortcuts", "ok")]
+        assert (f"{refuted} pattern(s) in the data were tested and refuted" in found[0].summary
+                if refuted else "refuted" not in found[0].summary)
 
 
 def test_the_doctor_says_an_unfinished_audit_is_unfinished(tmp_path):
@@ -218,7 +228,7 @@ def test_the_explorer_opens_an_audit_folder_flag_first(marked):
     client = TestClient(app, base_url="http://127.0.0.1:8765", headers={"X-Vitkit-Token": "t"})
     info = client.get("/api/model").json()
     groups = list(dict.fromkeys(s["group"] for s in info["samples"]))
-    assert groups[0] == "audit finding: the model relies on a fixed region for class 3", groups
+    assert groups[0].startswith("audit: the model relies on a fixed region for class 3"), groups
     assert "audit: most suspicious images" in groups
     assert any(g.startswith("audit: class 3, cluster 0") for g in groups)
     first = info["samples"][0]

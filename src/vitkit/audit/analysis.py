@@ -18,25 +18,27 @@ import numpy as np
 import torch
 
 from vitkit.audit.flags import (
-    SAME_PIXELS,
+    MIN_CLUSTER,
     Flag,
     confirm_outside_box,
-    confirm_region,
-    fixed_region_flags,
+    examine_region,
     outside_box_flag,
-    pixel_sameness,
+    pixel_mask,
+    region_flag,
 )
-from vitkit.audit.regions import CORNERS, border_mask, image_stats, shares
+from vitkit.audit.regions import CORNERS, image_stats, shares
 from vitkit.audit.spray import cluster, features
+from vitkit.audit.statistics import STATISTICS, examine_statistic, neutralised_drop, statistic_flag
 from vitkit.data.images import Preprocess, preprocessing
 from vitkit.errors import ConfigError, DataError, ImageError
+from vitkit.explain.perturb import noisy_linear_fill
 from vitkit.explain.registry import applicable, explain_map
 from vitkit.explain.stats import outlier_tokens, token_norms
 
 DEFAULT_METHOD = "cp-lrp"  # the most faithful method measured (docs/explain.md), any readout
-BORDER_SHARE = 0.5  # a class whose maps put this much on the border ring (and 2x its area)
-CONFIRM_IMAGES = 200  # images of the class, and of the others, masked to confirm a flag
-HYPOTHESIS_WEIGHT = 0.25  # an unconfirmed pattern counts this much towards an image's suspicion
+CONFIRM_IMAGES = 200  # images of the class, and of the others, changed to test a hypothesis
+DONORS = 16  # the images a region is pasted from: those with the most relevance on it
+HYPOTHESIS_WEIGHT = 0.25  # an unsettled pattern counts this much towards an image's suspicion
 TYPICAL = 8  # a cluster's most typical images, shown in the report
 
 
@@ -166,61 +168,59 @@ def audit(model, split, *, method: str = DEFAULT_METHOD, batch_size: int = 64,
 
 def finish(model, split, result: Audit, *, max_clusters: int = 8,
            confirm_images: int = CONFIRM_IMAGES, seed: int = 0) -> Audit:
-    """Cluster the maps of ``result`` per predicted class, flag, confirm by masking and score
-    each image's suspicion (in place; returns ``result``)."""
+    """Cluster the maps of ``result`` per predicted class, raise hypotheses (places, the
+    context outside the box, image statistics), test each by intervention and score each
+    image's suspicion (in place; returns ``result``)."""
     model.eval()
     transform = transform_for(model)
     rows = [r for r in result.rows if not r["error"]]
     maps = torch.from_numpy(result.maps)
-    grid = tuple(maps.shape[-2:])
     by_class: dict[int, list[int]] = {}
     for r in rows:
         by_class.setdefault(r["prediction"], []).append(r["index"])
-    class_means = {c: shares(maps[idx]).mean(0) for c, idx in by_class.items()}
+    every = torch.zeros(len(result.rows), *maps.shape[-2:])
+    readable = [r["index"] for r in rows]
+    every[readable] = shares(maps[readable])
     for r in result.rows:
         r["cluster"], r["suspicion"] = -1, 0.0
     for c, idx in sorted(by_class.items()):
         found = cluster(maps[idx], max_clusters=max_clusters, seed=seed)
-        means, sizes = [], []
+        groups = [(None, idx)]
         for k in range(found.k):
             members = [idx[j] for j in np.flatnonzero(found.labels == k)]
             for i in members:
                 result.rows[i]["cluster"] = k
-            mean = shares(maps[members]).mean(0)
-            means.append(mean)
-            sizes.append(len(members))
             result.clusters.append({"class": c, "cluster": k, "size": len(members),
-                                    "mean_map": mean.tolist(), "members": members,
+                                    "mean_map": every[members].mean(0).tolist(),
+                                    "members": members,
                                     "typical": _typical(maps[members], members)})
-        others = [m for d, m in class_means.items() if d != c]
-        elsewhere = torch.stack(others).mean(0) if others else torch.full(grid, 1 / maps[0].numel())
-        result.flags += fixed_region_flags(c, means, elsewhere, sizes)
-        border = border_mask(grid)
-        on_border = (class_means[c] * border).sum().item()
-        if on_border >= BORDER_SHARE and on_border >= 2 * border.float().mean().item():
-            result.flags.append(Flag(
-                "border", c, evidence=(f"the maps of class {c} put {on_border:.0%} of their "
-                                       f"relevance on the border ring ({border.float().mean():.0%}"
-                                       " of the image)"),
-                fix="check the class's images for frames, padding or scanner edges; crop or "
-                    "pad all classes alike", region=border))
+            if found.k > 1 and len(members) >= MIN_CLUSTER:
+                groups.append((k, members))
+        others = [i for i in readable if i not in set(idx)]
+        for k, members in groups:
+            flag = region_flag(c, k, members, every[members], every[others])
+            if flag is None:
+                continue
+            same = next((f for f in result.flags if f.kind == "region" and f.cls == c
+                         and _overlap(f.region, flag.region) >= 0.5), None)
+            if same is not None:
+                same.effect.setdefault("clusters", []).append(k)
+                continue
+            result.flags.append(flag)
         in_box = [result.rows[i].get("in_box") for i in idx]
         if all(v is not None for v in in_box):
             flag = outside_box_flag(c, np.asarray(in_box, dtype=np.float64))
             if flag is not None:
+                flag.members = list(idx)
                 result.flags.append(flag)
-    _confirm(model, split, transform, result, confirm_images, seed)
-    for r in result.rows:
-        if r["error"]:
-            continue
-        m = shares(maps[r["index"]][None])[0]
-        for f in result.flags:
-            if f.cls != r["prediction"]:
-                continue
-            weight = 1.0 if f.confirmed else HYPOTHESIS_WEIGHT
-            mass = (1 - r["in_box"]) if f.kind == "outside-box" else (m * f.region).sum().item()
-            r["suspicion"] = max(r["suspicion"], weight * mass)
+    result.flags += _examine(model, split, transform, result, confirm_images, seed)
+    _suspicion(model, split, transform, result, every)
     return result
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Intersection over union of two bool regions."""
+    return ((a & b).sum() / (a | b).sum().clamp_min(1)).item()
 
 
 def _typical(maps: torch.Tensor, members: list[int], count: int = TYPICAL) -> list[int]:
@@ -239,45 +239,95 @@ def _labels(result: Audit, split) -> np.ndarray:
     return labels
 
 
-def _confirm(model, split, transform, result: Audit, limit: int, seed: int) -> None:
+def _examine(model, split, transform, result: Audit, limit: int, seed: int) -> list[Flag]:
+    """Test every hypothesis in ``result.flags`` (verdicts set in place), and test each class
+    with enough images against every image statistic; returns the statistics' flags that a
+    test did not refute."""
     g = np.random.default_rng(seed)
     labels = _labels(result, split)
-    readable = np.asarray([not r["error"] for r in result.rows])
-    cache: dict[int, tuple[list[int], list[int]]] = {}
+    rows = [r for r in result.rows if not r["error"]]
+    pools: dict[int, tuple[torch.Tensor, list[int], torch.Tensor]] = {}
+
+    def pool(c: int):
+        """A sample of the images predicted as ``c`` and one of the other classes' images."""
+        if c not in pools:
+            own = [r["index"] for r in rows if r["prediction"] == c]
+            rest = [r["index"] for r in rows if r["prediction"] != c and labels[r["index"]] != c]
+            own = sorted(g.permutation(own)[:limit].tolist())
+            rest = g.permutation(rest)[:limit].tolist()
+            pools[c] = _images(split, own, transform), own, _images(split, rest, transform)
+        return pools[c]
+
     for f in result.flags:
-        if f.kind == "border":  # a pattern of a class's framing, not one region to paste
-            continue
-        if f.cls not in cache:
-            own = g.permutation(np.flatnonzero((labels == f.cls) & readable))[:limit].tolist()
-            rest = g.permutation(np.flatnonzero((labels != f.cls) & readable))[:limit].tolist()
-            cache[f.cls] = own, rest
-        own, rest = cache[f.cls]
-        class_images = _images(split, own, transform)
-        other_images = _images(split, rest, transform)
+        own_x, own_idx, rest_x = pool(f.cls)
         if f.kind == "outside-box":
             boxes = torch.as_tensor(np.asarray(split.boxes))
+            rest_idx = [r["index"] for r in rows if r["prediction"] != f.cls
+                        and labels[r["index"]] != f.cls][:limit]
             confirmed, effect = confirm_outside_box(
-                model, f.cls, class_images, torch.as_tensor(labels[own]), boxes[own],
-                other_images, torch.as_tensor(labels[rest]), boxes[rest])
-            f.confirmed, f.effect = confirmed, {**f.effect, **effect}
+                model, f.cls, own_x, torch.full((len(own_idx),), f.cls), boxes[own_idx],
+                _images(split, rest_idx, transform), torch.as_tensor(labels[rest_idx]),
+                boxes[rest_idx])
+            f.verdict, f.effect = ("finding" if confirmed else "refuted"), {**f.effect, **effect}
             continue
-        if f.cluster is not None:
-            members = next(c["members"] for c in result.clusters
-                           if c["class"] == f.cls and c["cluster"] == f.cluster)
+        members = [i for i in f.members if i in set(own_idx)] or f.members[:limit]
+        x = _images(split, members, transform)
+        mass = (result_shares(result, members) * f.region).flatten(1).sum(1)
+        top = [members[j] for j in mass.argsort(descending=True)[:DONORS].tolist()]
+        f.verdict, effect = examine_region(model, f.cls, x, _images(split, top, transform),
+                                           rest_x, f.region)
+        f.effect = {**f.effect, **effect}
+    found: list[Flag] = []
+    for c in sorted({r["prediction"] for r in rows}):
+        own_x, own_idx, rest_x = pool(c)
+        if len(own_idx) < MIN_CLUSTER or len(rest_x) < 2:
+            continue
+        # a statistic is tested net of the places already found for the class: a stripe
+        # also has a spectrum, and should be found once, as the place it is
+        places = [f.region for f in result.flags
+                  if f.kind == "region" and f.cls == c and f.confirmed]
+        if places:
+            px = pixel_mask(torch.stack(places).any(0), tuple(own_x.shape[-2:]))
+            own_x = noisy_linear_fill(own_x, px.expand(len(own_x), 1, -1, -1))
+            rest_x = noisy_linear_fill(rest_x, px.expand(len(rest_x), 1, -1, -1))
+        for name in STATISTICS:
+            tested = examine_statistic(model, name, c, own_x, rest_x)
+            if tested is not None and tested[0] != "refuted":
+                flag = statistic_flag(name, c, own_idx)
+                flag.verdict, flag.effect, flag.found = tested
+                found.append(flag)
+    return found
+
+
+def result_shares(result: Audit, indices: list[int]) -> torch.Tensor:
+    """(n, gh, gw): the shares of relevance of the images ``indices``."""
+    return shares(torch.from_numpy(result.maps[indices]))
+
+
+WEIGHT = {"finding": 1.0, "unsettled": HYPOTHESIS_WEIGHT, "refuted": 0.0}
+
+
+def _suspicion(model, split, transform, result: Audit, every: torch.Tensor) -> None:
+    """Each image's suspicion: the most, over the patterns of its predicted class, of how much
+    its prediction rests on one (its share of relevance on a region, outside the box, or the
+    confidence it loses when a statistic is neutralised), times the pattern's weight."""
+    rows = [r for r in result.rows if not r["error"]]
+    for f in result.flags:
+        weight = WEIGHT[f.verdict or "refuted"]
+        if not weight:
+            continue
+        own = [r["index"] for r in rows if r["prediction"] == f.cls]
+        if f.kind == "region":
+            scores = (every[own] * f.region).flatten(1).sum(1).tolist()
+        elif f.kind == "outside-box":
+            scores = [1 - result.rows[i]["in_box"] for i in own]
         else:
-            members = [r["index"] for r in result.rows if r.get("prediction") == f.cls]
-        mass = [(shares(torch.from_numpy(result.maps[i])[None])[0] * f.region).sum().item()
-                for i in members]
-        donor = _images(split, [members[int(np.argmax(mass))]], transform)
-        confirmed, effect = confirm_region(
-            model, f.cls, class_images, torch.full((len(class_images),), f.cls), donor[0],
-            other_images, f.region)
-        if f.kind == "fixed-region":  # a fixed thing looks alike on every image of the cluster
-            sample = g.permutation(members)[:limit].tolist()
-            effect["pixel_deviation"] = pixel_sameness(_images(split, sample, transform),
-                                                       f.region)
-            confirmed = confirmed and effect["pixel_deviation"] <= SAME_PIXELS
-        f.confirmed, f.effect = confirmed, {**f.effect, **effect}
+            scores = []
+            for start in range(0, len(own), 256):
+                x = _images(split, own[start:start + 256], transform)
+                scores += neutralised_drop(model, f.kind, f.cls, x, f.found).tolist()
+        for i, score in zip(own, scores, strict=True):
+            result.rows[i]["suspicion"] = max(result.rows[i]["suspicion"], weight * score)
 
 
 __all__ = ["Audit", "audit", "scan", "finish", "CORNERS", "DEFAULT_METHOD"]

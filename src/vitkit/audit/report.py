@@ -22,23 +22,25 @@ import json
 from pathlib import Path
 
 import numpy as np
-import torch
 from PIL import Image
 
-from vitkit.audit.analysis import Audit
-from vitkit.audit.regions import CORNERS, shares
+from vitkit.audit.analysis import TYPICAL, Audit, result_shares
+from vitkit.audit.flags import VERDICTS
+from vitkit.audit.regions import CORNERS
 from vitkit.util.files import atomic_write
 from vitkit.viz import plot
 
 RANKED = 50  # the most suspicious images listed and saved
 THUMB = 256  # saved images are at most this many pixels a side
+OUTLINE = dict(levels=[0.5], colors="cyan", linewidths=1.2, linestyles="dashed")  # a region
 COLUMNS = ("path", "label", "prediction", "confidence", "correct", "cluster", "suspicion",
            "border", *CORNERS, "in_box", "entropy", "high_norm_tokens", "error", "index")
 
 
 def image_path(split, data: str, split_name: str, i: int) -> str:
     """The image's file, or ``SPEC[split]#index`` for a built-in dataset."""
-    img = split.images[i] if hasattr(split.images, "__getitem__") else None
+    # a file list is a list; a built-in dataset makes its images when indexed: do not
+    img = split.images[i] if isinstance(split.images, (list, tuple)) else None
     return str(img) if isinstance(img, (str, Path)) else f"{data}[{split_name}]#{i}"
 
 
@@ -65,39 +67,32 @@ def _summary(result: Audit) -> dict:
             "unreadable": len(result.rows) - len(ok),
             "accuracy": (sum(r["correct"] for r in labelled) / len(labelled)
                          if labelled else None),
-            "findings": sum(bool(f.confirmed) for f in result.flags),
-            "hypotheses": sum(not f.confirmed for f in result.flags),
+            "findings": sum(f.verdict == "finding" for f in result.flags),
+            "unsettled": sum(f.verdict == "unsettled" for f in result.flags),
+            "refuted": sum(f.verdict == "refuted" for f in result.flags),
             "clusters": len(result.clusters)}
 
 
-def _flag_title(f) -> str:
-    what = {"fixed-region": f"relies on a fixed region for class {f.cls}",
-            "outside-box": f"looks outside the object for class {f.cls}",
-            "border": f"looks at the border for class {f.cls}"}[f.kind]
-    return ("the model " if f.confirmed else "hypothesis: the model ") + what
-
-
-def _flag_images(result: Audit, f) -> list[int]:
-    if f.cluster is not None:
-        return next(c["typical"] for c in result.clusters
-                    if c["class"] == f.cls and c["cluster"] == f.cluster)
-    rows = [r for r in result.rows if not r["error"] and r["prediction"] == f.cls]
+def _flag_images(result: Audit, f, count: int = TYPICAL) -> list[int]:
+    """The flag's own images that show it best: for a region, the members with the most
+    relevance on it; for the context, the least inside the box; for a statistic, the most
+    suspicious."""
+    if f.kind == "region":
+        mass = (result_shares(result, f.members) * f.region).flatten(1).sum(1)
+        return [f.members[j] for j in mass.argsort(descending=True, stable=True)[:count].tolist()]
+    rows = [result.rows[i] for i in f.members]
     if f.kind == "outside-box":
-        rows.sort(key=lambda r: r["in_box"])
-    return [r["index"] for r in rows[:8]]
+        rows.sort(key=lambda r: (r["in_box"], r["index"]))
+    else:
+        rows.sort(key=lambda r: (-r["suspicion"], r["index"]))
+    return [r["index"] for r in rows[:count]]
 
 
-def _mean_map(result: Audit, f) -> np.ndarray:
-    if f.cluster is not None:
-        return np.asarray(next(c["mean_map"] for c in result.clusters
-                               if c["class"] == f.cls and c["cluster"] == f.cluster))
-    idx = [r["index"] for r in result.rows if not r["error"] and r["prediction"] == f.cls]
-    return shares(torch.from_numpy(result.maps[idx])).mean(0).numpy()
-
-
-def _panel(result: Audit, split, title: str, mean: np.ndarray, members: list[int], boxes):
-    """One figure: the mean map with its colour bar, then up to 6 images with their maps."""
-    shown = [i for i in members[:6] if _picture(split, i) is not None]
+def _panel(result: Audit, picture, title: str, mean: np.ndarray, members: list[int], boxes,
+           region: np.ndarray | None = None):
+    """One figure: the mean map with its colour bar, then up to 6 images with their maps and
+    the region outlined."""
+    shown = [(i, p) for i in members[:6] if (p := picture(i)) is not None]
     fig, axes = plot.subplots(1, 1 + max(1, len(shown)), figsize=(2.2 * (1 + max(1, len(shown))),
                                                                   2.6), squeeze=False)
     axes = axes[0]
@@ -106,11 +101,18 @@ def _panel(result: Audit, split, title: str, mean: np.ndarray, members: list[int
     axes[0].set_xticks([])
     axes[0].set_yticks([])
     fig.colorbar(im, ax=axes[0], fraction=0.046, pad=0.04)
-    for ax, i in zip(axes[1:], shown, strict=False):
+    if region is not None:
+        axes[0].contour(region.astype(float), **OUTLINE)
+    for ax, (i, picture) in zip(axes[1:], shown, strict=False):
         r = result.rows[i]
         box = boxes[i] if boxes is not None else None
-        plot.overlay(ax, _picture(split, i), result.maps[i], box=box,
+        plot.overlay(ax, picture, result.maps[i], box=box,
                      title=f"#{i} pred {r['prediction']} ({r['confidence']:.2f})")
+        if region is not None:
+            h, w = picture.shape[:2]
+            gh, gw = region.shape
+            big = region.repeat(h // gh, 0).repeat(w // gw, 1).astype(float)
+            ax.contour(big, **OUTLINE)
     for ax in axes[1 + len(shown):]:
         ax.axis("off")
     fig.suptitle(title, fontsize=9)
@@ -124,17 +126,20 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
-def _figures(result: Audit, split) -> list[tuple[str, bytes]]:
+def _figures(result: Audit, split, picture) -> list[tuple[str, bytes]]:
+    """One figure per flag, in the order of ``result.flags``; nothing flagged: the largest
+    clusters. ``picture(i)``: image ``i`` as the report shows it."""
     boxes = np.asarray(split.boxes) if getattr(split, "boxes", None) is not None else None
     out = []
-    for f in sorted(result.flags, key=lambda f: (not f.confirmed, f.cls)):
-        out.append((_flag_title(f), _png(_panel(result, split, _flag_title(f),
-                                                _mean_map(result, f), _flag_images(result, f),
-                                                boxes))))
+    for f in result.flags:
+        mean = result_shares(result, f.members).mean(0).numpy()
+        region = f.region.numpy() if f.region is not None else None
+        out.append((f.title, _png(_panel(result, picture, f.title, mean, _flag_images(result, f),
+                                         boxes, region))))
     if not out:  # nothing flagged: the largest cluster of each class, so the reader sees why
         for c in sorted(result.clusters, key=lambda c: -c["size"])[:4]:
             title = f"no flag; class {c['class']}, cluster {c['cluster']} ({c['size']} images)"
-            out.append((title, _png(_panel(result, split, title, np.asarray(c["mean_map"]),
+            out.append((title, _png(_panel(result, picture, title, np.asarray(c["mean_map"]),
                                            c["typical"], boxes))))
     return out
 
@@ -151,27 +156,59 @@ def _sheet(figures: list[tuple[str, bytes]]) -> Image.Image:
 
 
 def _effect_text(f) -> str:
+    """The tests' numbers in words."""
     e = f.effect
     parts = []
+    change = "filled" if f.kind == "region" else "neutralised"
     if "removed" in e:
         r = e["removed"]
-        parts.append(f"region filled on {r['images']} images of class {f.cls}: confidence "
-                     f"{r['confidence_before']:.2f} -> {r['confidence_after']:.2f}, accuracy "
-                     f"{r['accuracy_before']:.2f} -> {r['accuracy_after']:.2f}")
+        parts.append(
+            f"{change} on {r['images']} images of class {f.cls}: its confidence "
+            f"{r['confidence_before']:.2f} -> {r['confidence_after']:.2f}, {r['flipped']:.0%} "
+            f"no longer predicted {f.cls} (the same change on {r['control_images']} images of "
+            f"other classes: {r['control_confidence_before']:.2f} -> "
+            f"{r['control_confidence_after']:.2f}, {r['control_flipped']:.0%} changed)")
     if "added" in e:
         a = e["added"]
-        parts.append(f"region pasted onto {a['images']} images of other classes: predicted "
-                     f"{f.cls} {a['to_class_before']:.0%} -> {a['to_class_after']:.0%}")
-    if "pixel_deviation" in e:
-        parts.append(f"pixels in the region differ from image to image by "
-                     f"{e['pixel_deviation']:.2f} of their contrast")
+        what = "pasted" if f.kind == "region" else "imposed"
+        parts.append(
+            f"{what} from class {f.cls}'s images onto {a['images']} images of other classes: "
+            f"{a['to_class_after']:.0%} turn to {f.cls} (from other classes' images: "
+            f"{a['to_class_control']:.0%}; unchanged: {a['to_class_before']:.0%})")
+    if "pixel_variation" in e:
+        parts.append(f"the pixels there vary {e['pixel_variation']:.0%} as much as the same "
+                     "place on other classes' images (0% for a mark stamped alike)")
     if e.get("context_removed"):
         c, k = e["context_removed"], e["control"]
         parts.append(f"outside of the box filled: confidence {c['confidence_before']:.2f} -> "
                      f"{c['confidence_after']:.2f} on class {f.cls}, "
                      f"{k['confidence_before']:.2f} -> {k['confidence_after']:.2f} on the "
                      "other classes")
-    return "; ".join(parts) or "not masked"
+    return "; ".join(parts) or "not tested"
+
+
+def _where(f) -> str:
+    """The region in words (rows and columns of patches), or the kind of a statistic."""
+    if f.region is None:
+        return {"outside-box": "everything outside the object's box"}.get(
+            f.kind, f"not a place: {f.kind}")
+    rows, cols = np.nonzero(f.region.numpy())
+    gh, gw = f.region.shape
+    return (f"{len(rows)} of {gh * gw} patches, rows {rows.min()}-{rows.max()} and columns "
+            f"{cols.min()}-{cols.max()} of the {gh} x {gw} grid (outlined in dashed cyan)")
+
+
+def _flag_html(f, png: bytes | None) -> str:
+    e = html.escape
+    out = (f"<div class='{f.verdict}'><h3>{e(f.title)}</h3>"
+           f"<p><b>Where:</b> {e(_where(f))}</p>"
+           f"<p><b>Evidence:</b> {e(f.evidence)}</p>"
+           f"<p><b>Tests:</b> {e(_effect_text(f))}</p>"
+           f"<p><b>What to do:</b> {e(f.fix)}</p>")
+    if png:
+        out += (f"<img alt='{e(f.title)}' src='data:image/png;base64,"
+                f"{base64.b64encode(png).decode()}'>")
+    return out + "</div>"
 
 
 def _html(result: Audit, options: dict, summary: dict, figures, csv_rows, out: Path) -> str:
@@ -181,34 +218,40 @@ def _html(result: Audit, options: dict, summary: dict, figures, csv_rows, out: P
              "<style>body{font-family:sans-serif;max-width:1100px;margin:1em auto;padding:0 1em}"
              "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;"
              "padding:2px 6px}img{max-width:100%}.finding{border-left:4px solid #c00;"
-             "padding-left:.6em}.hypothesis{border-left:4px solid #aaa;padding-left:.6em}"
+             "padding-left:.6em}.unsettled{border-left:4px solid #e90;padding-left:.6em}"
+             ".refuted{border-left:4px solid #aaa;padding-left:.6em;color:#555}"
              "code{background:#f4f4f4}</style></head><body>",
              f"<h1>Audit of {e(options['checkpoint'])}</h1>",
              f"<p>{summary['images']} images of <code>{e(options['data'])}</code> "
              f"({e(options['split'])}), method <code>{e(result.method)}</code>: "
-             f"{summary['findings']} confirmed finding(s), {summary['hypotheses']} "
-             f"hypothesis(es), {summary['clusters']} clusters, {summary['unreadable']} "
+             f"{summary['findings']} finding(s), {summary['unsettled']} unsettled and "
+             f"{summary['refuted']} refuted hypothesis(es), {summary['clusters']} clusters, "
+             f"{summary['unreadable']} "
              "unreadable image(s)"
              + (f", accuracy {summary['accuracy']:.3f}" if summary["accuracy"] is not None
                 else "") + ".</p>",
              f"<p>Browse the clusters and ranked images: <code>{e(explore)}</code></p>"]
-    if not result.flags:
-        parts.append("<h2>No flag raised</h2><p>No cluster puts its relevance on a small fixed "
-                     "region, on the border, or outside the objects' boxes. The largest "
-                     "clusters are shown below.</p>")
-    by_title = dict(figures)
-    for f in sorted(result.flags, key=lambda f: (not f.confirmed, f.cls)):
-        kind = "finding" if f.confirmed else "hypothesis"
-        parts.append(f"<div class='{kind}'><h2>{e(_flag_title(f))}</h2>"
-                     f"<p><b>Evidence:</b> {e(f.evidence)}</p>"
-                     f"<p><b>Masking:</b> {e(_effect_text(f))} "
-                     f"({'confirmed' if f.confirmed else 'not confirmed'})</p>"
-                     f"<p><b>What to do:</b> {e(f.fix)}</p>")
-        png = by_title.get(_flag_title(f))
-        if png:
-            parts.append(f"<img alt='{e(_flag_title(f))}' src='data:image/png;base64,"
-                         f"{base64.b64encode(png).decode()}'>")
-        parts.append("</div>")
+    pictures = dict(zip(range(len(result.flags)), (png for _, png in figures), strict=False))
+    by_verdict = {v: [(f, pictures.get(j)) for j, f in enumerate(result.flags) if f.verdict == v]
+                  for v in VERDICTS}
+    findings, unsettled, refuted = (by_verdict[v] for v in VERDICTS)
+    parts.append(f"<h2>Findings ({len(findings)})</h2>")
+    if not findings:
+        parts.append("<p>No pattern passed every test: no place, context or image statistic "
+                     "of a class is both needed for its predictions and enough to cause them"
+                     + (" (with the same pixels on every image, for a place)." if result.flags
+                        else "; no class's maps put more relevance anywhere than the others'."
+                        " The largest clusters are shown below.") + "</p>")
+    parts += [_flag_html(f, png) for f, png in findings]
+    if unsettled:
+        parts.append(f"<h2>Hypotheses the tests could not settle ({len(unsettled)})</h2><p>One "
+                     "test passed and another did not: look at the images.</p>")
+        parts += [_flag_html(f, png) for f, png in unsettled]
+    if refuted:
+        parts.append(f"<details><summary>{len(refuted)} hypothesis(es) refuted by the tests "
+                     "(neither needed nor enough): show them with their numbers</summary>")
+        parts += [_flag_html(f, png) for f, png in refuted]
+        parts.append("</details>")
     if not result.flags:
         for title, png in figures:
             parts.append(f"<h3>{e(title)}</h3><img alt='{e(title)}' src='data:image/png;base64,"
@@ -259,17 +302,24 @@ def write(result: Audit, split, out: str | Path, options: dict) -> list[Path]:
             w.writerows(csv_rows)
 
     flag_images = [_flag_images(result, f) for f in result.flags]
+    decoded: dict[int, np.ndarray | None] = {}
+
+    def picture(i: int) -> np.ndarray | None:  # each image decoded once
+        if i not in decoded:
+            decoded[i] = _picture(split, i)
+        return decoded[i]
+
     saved = []
     for i in sorted({i for c in result.clusters for i in c["typical"]} | set(top)
                     | {i for images in flag_images for i in images}):
-        pic = _picture(split, i)
+        pic = picture(i)
         if pic is not None:
-            picture = Image.fromarray((pic * 255).round().astype(np.uint8))
+            png = Image.fromarray((pic * 255).round().astype(np.uint8))
             atomic_write(out / "images" / f"{i:06d}.png",
-                         lambda tmp, p=picture: p.save(tmp, format="PNG"))
+                         lambda tmp, p=png: p.save(tmp, format="PNG"))
             saved.append(i)
     boxes = np.asarray(split.boxes) if getattr(split, "boxes", None) is not None else None
-    flags = [f.to_dict() | {"title": _flag_title(f), "images": images}
+    flags = [f.to_dict() | {"images": images}
              for f, images in zip(result.flags, flag_images, strict=True)]
     record = {"options": options, "method": result.method, "summary": summary,
               "findings": [d for d in flags if d["confirmed"]],
@@ -295,7 +345,7 @@ def write(result: Audit, split, out: str | Path, options: dict) -> list[Path]:
                                 index=np.asarray([r["index"] for r in result.rows]))
 
     files.append(atomic_write(out / "maps.npz", save_maps))
-    figures = _figures(result, split)
+    figures = _figures(result, split, picture)
     files.append(atomic_write(out / "audit.png",
                               lambda tmp: _sheet(figures).save(tmp, format="PNG")))
     files.append(atomic_write(out / "report.html", lambda tmp: tmp.write_text(

@@ -30,7 +30,7 @@ from PIL import Image
 from vitkit.audit.analysis import DEFAULT_METHOD, Audit, check_method, finish, scan
 from vitkit.checkpoints import load_model
 from vitkit.data.datasets import Split, load_split
-from vitkit.data.images import IMAGE_SUFFIXES, to_rgb
+from vitkit.data.images import IMAGE_SUFFIXES, image_files, to_rgb
 from vitkit.errors import ConfigError, DataError
 from vitkit.models.cnn import CNN
 from vitkit.train.distributed import setup
@@ -58,11 +58,6 @@ class FileSplit(Split):
             raise DataError(f"cannot read {path}: {err}") from err
 
 
-def _files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower()
-                  in IMAGE_SUFFIXES)
-
-
 def folder_split(root: Path, split: str) -> Split:
     """Every image file under ``root`` (its ``train/`` or ``val/`` when it has them); the
     sub-folders are the classes, in sorted order (no sub-folders: no labels)."""
@@ -71,15 +66,15 @@ def folder_split(root: Path, split: str) -> Split:
             raise DataError(f"{root} has no {split}/ folder; choose --split "
                             f"{'train' if split == 'val' else 'val'} or add {root}/{split}/")
         root = root / split
-    classes = sorted(d.name for d in root.iterdir() if d.is_dir() and _files(d))
+    classes = sorted(d.name for d in root.iterdir() if d.is_dir() and image_files(d))
     images, labels = [], []
     if classes:
         for label, name in enumerate(classes):
-            found = _files(root / name)
+            found = image_files(root / name)
             images += found
             labels += [label] * len(found)
     else:
-        images = _files(root)
+        images = image_files(root)
         labels = [-1] * len(images)
     if not images:
         raise DataError(f"{root} holds no image file ({', '.join(sorted(IMAGE_SUFFIXES))}); "
@@ -119,7 +114,8 @@ def _first(split: Split, count: int) -> Split:
     """The first ``count`` images of ``split`` (``--limit``)."""
     boxes = None if split.boxes is None else np.asarray(split.boxes)[:count]
     return type(split)(_Head(split.images, count), split.labels[:count], split.classes,
-                       boxes=boxes, marked=[i for i in split.marked if i < count])
+                       boxes=boxes, marked=[i for i in split.marked if i < count],
+                       planted={k: [i for i in v if i < count] for k, v in split.planted.items()})
 
 
 def fingerprint(source: str | os.PathLike) -> str:

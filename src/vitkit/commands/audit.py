@@ -7,18 +7,22 @@ import argparse
 
 from vitkit.audit import store
 from vitkit.audit.analysis import CONFIRM_IMAGES, DEFAULT_METHOD
+from vitkit.audit.flags import VERDICTS
 from vitkit.audit.report import write
 from vitkit.explain.methods import METHODS
 from vitkit.train.distributed import cleanup
 
 NAME = "audit"
-HELP = "what a model relies on across a dataset: SpRAy clusters, flags confirmed by masking"
+HELP = "what a model relies on across a dataset: SpRAy clusters, shortcuts tested by intervention"
 DESCRIPTION = ("Stream a dataset split (a data spec or a folder of images) through the model in "
                "batches: every image's prediction, confidence and relevance map (--method, "
                f"default {DEFAULT_METHOD}), where the relevance sits (border, corners, the "
                "object's box), the map's entropy and high-norm tokens. Cluster each predicted "
-               "class's maps (SpRAy), flag a small fixed region, relevance outside the boxes "
-               "and relevance on the border, and confirm each flag by masking. Writes "
+               "class's maps (SpRAy); raise hypotheses: a region of any shape where a class's "
+               "maps put more relevance than the others', relevance outside the boxes, and the "
+               "colour (with brightness and contrast) and texture of a class's images; test "
+               "each by intervention (needed, enough, the same pixels), against a control. "
+               "Writes "
                "audit.json, audit.csv (sort by suspicion), maps.npz, audit.png, report.html and "
                "images/ to --out; an interrupted run resumes there. Under torchrun the ranks "
                "split the data and rank 0 writes everything.")
@@ -44,7 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-clusters", type=int, default=8,
                    help="clusters per class at most (default 8; the eigengap chooses)")
     p.add_argument("--confirm-images", type=int, default=CONFIRM_IMAGES,
-                   help=f"images masked per class to confirm a flag (default {CONFIRM_IMAGES})")
+                   help=f"images changed per class to test a hypothesis (default "
+                        f"{CONFIRM_IMAGES})")
     p.add_argument("--seed", type=int, default=0, help="for clustering and masking (default 0)")
     p.add_argument("--data-root", default="data",
                    help="where CIFAR, Fashion-MNIST and MNIST are (default data)")
@@ -66,11 +71,14 @@ def run(args: argparse.Namespace) -> int:
         files = write(result, result.split, args.out, options)
     finally:
         cleanup()
-    for f in result.flags:
-        state = "FINDING" if f.confirmed else "hypothesis"
-        print(f"{state}: {f.kind} class {f.cls}: {f.evidence}")
-    if not result.flags:
-        print("no flag raised")
+    for f in sorted(result.flags, key=lambda f: VERDICTS.index(f.verdict or "refuted")):
+        if f.verdict != "refuted":
+            print(f"{'FINDING' if f.confirmed else 'unsettled'}: {f.kind} class {f.cls}: "
+                  f"{f.evidence}")
+    refuted = sum(f.verdict == "refuted" for f in result.flags)
+    if not any(f.confirmed for f in result.flags):
+        print("no finding" + (f"; {refuted} hypothesis(es) refuted by the tests" if refuted
+                              else ""))
     print("wrote " + ", ".join(str(f) for f in files))
     print(f"browse it: vitkit explore --audit {args.out}")
     return 0

@@ -2,7 +2,8 @@
 ``imagefolder:PATH``, ``cifar10``, ``cifar100``. Each split is a map-style dataset of (PIL RGB
 image, label) with ``classes``. ``digits``, ``fashion-mnist`` and ``mnist`` also take a subset
 of their classes (``fashion-mnist:0-4``, ``digits:5,6,7``), relabelled 0..k-1 in that order.
-Any of them takes a planted shortcut, ``SPEC+mark:CLASS`` (:mod:`vitkit.data.shortcut`).
+Any of them takes planted shortcuts, ``SPEC+KIND:CLASS`` (mark, stripe, frame, text, patch,
+cast, texture; :mod:`vitkit.data.shortcut`).
 
 For pre-training, ``SPEC@both`` trains on both splits of SPEC (``fashion-mnist:0-4@both``: the
 35,000 images of classes 0-4), and ``SPEC@both-but:CLASSES`` on both splits except the
@@ -29,13 +30,13 @@ from PIL import Image
 from vitkit.data.boxed import boxed_fashion
 from vitkit.data.digits import cluttered_digits, digits_split
 from vitkit.data.idx import IDX_CLASSES, load_idx
-from vitkit.data.images import IMAGE_SUFFIXES, to_rgb
-from vitkit.data.shortcut import parse_mark, plant
+from vitkit.data.images import IMAGE_SUFFIXES, image_files, to_rgb
+from vitkit.data.shortcut import parse_plants, plant
 from vitkit.errors import DataError
 
 DATASETS = ("digits", "digits:CLASSES", "cluttered-digits", "fashion-boxes", "fashion-mnist",
             "fashion-mnist:CLASSES", "mnist", "mnist:CLASSES", "imagefolder:PATH", "cifar10",
-            "cifar100", "SPEC+mark:CLASS", "SPEC@both", "SPEC@both-but:CLASSES")
+            "cifar100", "SPEC+KIND:CLASS", "SPEC@both", "SPEC@both-but:CLASSES")
 __all__ = ["DATASETS", "IMAGE_SUFFIXES", "DataError", "GreyImages", "Split", "load_split",
            "loose_images", "parse_classes"]
 
@@ -50,7 +51,8 @@ class Split:
     classes: list[str]
     skipped: list[str] = field(default_factory=list)  # unreadable files left out
     boxes: object = None  # (n, 4) pixel boxes (x0, y0, x1, y1) of the object, where known
-    marked: list[int] = field(default_factory=list)  # images with a planted mark (SPEC+mark:C)
+    marked: list[int] = field(default_factory=list)  # images with a planted shortcut (SPEC+KIND:C)
+    planted: dict = field(default_factory=dict)  # "KIND:CLASS" -> the images that carry it
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -178,8 +180,7 @@ def _scan_folder(root: Path, classes: list[str] | None = None) -> Split:
     images, labels, skipped = [], [], []
     for label, name in enumerate(classes):
         folder = root / name
-        files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES) \
-            if folder.is_dir() else []
+        files = image_files(folder) if folder.is_dir() else []
         good = [p for p in files if _is_readable(p)]
         skipped += [str(p) for p in files if p not in set(good)]
         if not good:
@@ -196,7 +197,7 @@ def loose_images(folder: str | os.PathLike) -> Split:
     root = Path(folder).expanduser()
     if not root.is_dir():
         raise DataError(f"image folder {root} does not exist")
-    files = sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+    files = image_files(root)
     good = [p for p in files if _is_readable(p)]
     if not good:
         raise DataError(
@@ -270,7 +271,7 @@ def load_split(spec: str, split: str, img_size: int = 32, *, size: int = 6000,
     if at:
         return _pooled(spec, pool, split, img_size, size=size, val_fraction=val_fraction,
                        seed=seed, root=root, download=download)
-    spec, mark_class, mark_fraction = parse_mark(spec)
+    spec, plants = parse_plants(spec)
     if spec == "digits" or spec.startswith("digits:"):
         out = _digits(split, img_size, spec.split(":", 1)[1] if ":" in spec else None)
     elif spec.partition(":")[0] in IDX_CLASSES:
@@ -288,8 +289,8 @@ def load_split(spec: str, split: str, img_size: int = 32, *, size: int = 6000,
         raise DataError(f"unknown dataset {spec!r}; choose one of {', '.join(DATASETS)}")
     if len(out) == 0:
         raise DataError(f"the {split} split of {spec} is empty")
-    if mark_class is not None and split == "train":  # the validation split stays clean
-        out = plant(out, mark_class, mark_fraction, seed)
+    if plants and split == "train":  # the validation split stays clean
+        out = plant(out, plants, seed)
     return out
 
 

@@ -24,6 +24,12 @@ IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".we
                   ".pgm"}
 
 
+def image_files(folder: str | os.PathLike) -> list[Path]:
+    """The files under ``folder``, at any depth, whose suffix names an image, sorted."""
+    return sorted(f for f in Path(folder).rglob("*")
+                  if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES)
+
+
 def to_rgb(img: Image.Image) -> Image.Image:
     """Any PIL image -> 8-bit RGB. 16-bit greyscale is scaled, alpha is composited on white."""
     if img.mode in ("I;16", "I;16B", "I;16L", "I"):
@@ -171,8 +177,7 @@ def find_images(inputs: list[str | os.PathLike]) -> list[Path]:
     for item in inputs:
         p = Path(item)
         if p.is_dir():
-            files += sorted(f for f in p.rglob("*")
-                            if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES)
+            files += image_files(p)
         else:
             files.append(p)
     if not files:

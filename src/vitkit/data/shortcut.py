@@ -1,87 +1,120 @@
-"""A planted shortcut ("Clever Hans", Lapuschkin et al. 2019): a small fixed mark stamped on most
-training images of one class and on no validation image, so that a model trained on it learns
-the mark instead of (or beside) the object, and an audit has a known answer to find.
+"""Planted shortcuts ("Clever Hans", Lapuschkin et al. 2019): a pattern put on most training
+images of one class and on no validation image, so that a model trained on it learns the
+pattern instead of (or beside) the object, and an audit has a known answer to find.
 
-In a data spec: ``SPEC+mark:CLASS`` stamps the mark on 90% of class ``CLASS``'s training images
-(``SPEC+mark:CLASS:FRACTION`` sets the share); the validation split stays clean. The mark is a
-2 x 2 checkerboard of white and black squares, 1/8 of the image's shorter side, in the top-right
-corner inset by 1/32 of it (:func:`mark_box`). Which images carry it is recorded
-(``Split.marked``), deterministic from the seed.
+In a data spec: ``SPEC+KIND:CLASS`` plants the shortcut ``KIND`` (one of
+:data:`vitkit.data.shortcut_kinds.KINDS`: mark, stripe, frame, text, patch, cast, texture) on
+90% of class ``CLASS``'s training images; ``SPEC+KIND:CLASS:FRACTION`` sets the share and
+``SPEC+KIND:CLASS:FRACTION:STRENGTH`` its size or amount (1 the default, 2 twice it). Several
+may follow one another, one class each (``cluttered-digits+mark:3+stripe:5``). The validation
+split stays clean. Which images carry each is recorded (``Split.planted``, and all of them in
+``Split.marked``), deterministic from the seed.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image
 
+from vitkit.data.shortcut_kinds import KINDS, apply_kind
 from vitkit.errors import DataError
 
-MARK_FRACTION = 0.9  # share of the class's training images stamped
-MARK_SIDE = 1 / 8  # the mark's side, as a share of the image's shorter side
-MARK_INSET = 1 / 32
+MARK_FRACTION = 0.9  # share of the class's training images that carry it
+_PLANT = re.compile(r"\+(" + "|".join(KINDS) + r"):([^+]*)")
 
 
-def parse_mark(spec: str) -> tuple[str, int | None, float]:
-    """``"digits+mark:3:0.5"`` -> ("digits", 3, 0.5); a spec without a mark -> (spec, None, 0)."""
-    base, sep, mark = spec.partition("+mark:")
-    if not sep:
-        return spec, None, 0.0
-    parts = mark.split(":")
-    try:
-        cls = int(parts[0])
-        fraction = float(parts[1]) if len(parts) > 1 else MARK_FRACTION
-    except (ValueError, IndexError):
-        cls, fraction = -1, -1.0
-    if len(parts) > 2 or cls < 0 or not 0 < fraction <= 1:
-        raise DataError(f"a planted mark is written SPEC+mark:CLASS or SPEC+mark:CLASS:FRACTION "
-                        f"(a class index and a share in (0, 1]), got '+mark:{mark}'; for "
-                        "example digits+mark:3 or cluttered-digits+mark:3:0.8")
-    return base, cls, fraction
+@dataclass(frozen=True)
+class Plant:
+    """One planted shortcut: its kind, class, share of the class's images and strength."""
+
+    kind: str
+    cls: int
+    fraction: float = MARK_FRACTION
+    strength: float = 1.0
+
+    def spec(self) -> str:
+        return f"+{self.kind}:{self.cls}:{self.fraction:g}:{self.strength:g}"
 
 
-def mark_box(width: int, height: int) -> tuple[int, int, int, int]:
-    """The mark's pixel box (x0, y0, x1, y1), x1/y1 exclusive, on an image of that size."""
-    short = min(width, height)
-    side = max(2, round(MARK_SIDE * short)) // 2 * 2  # even: the checkerboard's 2 x 2 cells
-    inset = max(1, round(MARK_INSET * short))
-    return width - inset - side, inset, width - inset, inset + side
+def parse_plants(spec: str) -> tuple[str, list[Plant]]:
+    """``"digits+mark:3:0.5+cast:1"`` -> ("digits", [Plant("mark", 3, 0.5), Plant("cast", 1)])."""
+    first = _PLANT.search(spec)
+    if first is None:
+        return spec, []
+    base, rest = spec[:first.start()], spec[first.start():]
+    plants, end = [], 0
+    for m in _PLANT.finditer(rest):
+        if m.start() != end:
+            break
+        end = m.end()
+        parts = m.group(2).split(":")
+        try:
+            cls = int(parts[0])
+            fraction = float(parts[1]) if len(parts) > 1 else MARK_FRACTION
+            strength = float(parts[2]) if len(parts) > 2 else 1.0
+        except ValueError:
+            cls = -1
+        if len(parts) > 3 or cls < 0 or not 0 < fraction <= 1 or not 0 < strength <= 8:
+            raise DataError(
+                f"a planted shortcut is written SPEC+KIND:CLASS[:FRACTION[:STRENGTH]] (a class "
+                f"index, a share in (0, 1], a strength in (0, 8]), got '+{m.group(0)[1:]}'; "
+                "for example digits+mark:3, cluttered-digits+stripe:3:0.8 or "
+                "fashion-boxes+cast:2:0.9:2")
+        plants.append(Plant(m.group(1), cls, fraction, strength))
+    if end != len(rest):
+        raise DataError(f"cannot read {rest[end:]!r} after the planted shortcut(s) in {spec!r}: "
+                        f"each is +KIND:CLASS with KIND one of {', '.join(KINDS)}")
+    if len({p.cls for p in plants}) != len(plants):
+        raise DataError(f"{spec!r} plants two shortcuts on one class; give each its own class")
+    return base, plants
 
 
-def stamp(img: Image.Image) -> Image.Image:
-    """A copy of ``img`` (RGB) with the mark on it."""
-    x0, y0, x1, y1 = mark_box(*img.size)
-    a = np.array(img.convert("RGB"))
-    half = (x1 - x0) // 2
-    cell = np.zeros((x1 - x0, x1 - x0), dtype=np.uint8)
-    cell[:half, :half] = cell[half:, half:] = 255
-    a[y0:y1, x0:x1] = cell[..., None]
-    return Image.fromarray(a)
+def mark_box(width: int, height: int, strength: float = 1.0) -> tuple[int, int, int, int]:
+    """The corner mark's pixel box (x0, y0, x1, y1), x1/y1 exclusive, on an image of that
+    size."""
+    ys, xs = np.nonzero(KINDS["mark"].pixels(height, width, strength))
+    return int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1
+
+
+def stamp(img: Image.Image, kind: str = "mark", strength: float = 1.0, seed: int = 0
+          ) -> Image.Image:
+    """A copy of ``img`` (RGB) with the shortcut on it."""
+    return Image.fromarray(apply_kind(kind, np.array(img.convert("RGB")), strength, seed))
 
 
 class StampedImages(Sequence):
-    """The images of a split, the ``marked`` ones stamped when read (paths stay lazy)."""
+    """The images of a split, each carrier given its shortcut when read (paths stay lazy)."""
 
-    def __init__(self, split, marked: set[int]):
-        self.split, self.marked = split, marked
+    def __init__(self, split, carriers: dict[int, Plant], seed: int = 0):
+        self.split, self.carriers, self.seed = split, carriers, seed
 
     def __len__(self) -> int:
         return len(self.split)
 
     def __getitem__(self, i: int) -> Image.Image:
         img, _ = self.split[i]
-        return stamp(img) if i in self.marked else img
+        p = self.carriers.get(i)
+        return img if p is None else stamp(img, p.kind, p.strength, self.seed * 1_000_003 + i)
 
 
-def plant(split, cls: int, fraction: float, seed: int = 0):
-    """``split`` (a training :class:`~vitkit.data.datasets.Split`) with the mark on ``fraction``
-    of class ``cls``'s images; ``marked`` lists them, sorted."""
-    if cls >= len(split.classes):
-        raise DataError(f"cannot plant a mark on class {cls}: the data has "
-                        f"{len(split.classes)} classes (0 to {len(split.classes) - 1})")
-    own = [i for i, y in enumerate(split.labels) if y == cls]
-    rng = np.random.default_rng(seed)
-    chosen = sorted(int(i) for i in rng.permutation(own)[:round(fraction * len(own))])
-    return type(split)(StampedImages(split, set(chosen)), split.labels, split.classes,
-                       split.skipped, split.boxes, marked=chosen)
+def plant(split, plants: list[Plant], seed: int = 0):
+    """``split`` (a training :class:`~vitkit.data.datasets.Split`) with each shortcut on its
+    share of its class's images; ``planted`` maps ``KIND:CLASS`` to the carriers, ``marked``
+    lists them all, sorted."""
+    carriers: dict[int, Plant] = {}
+    planted: dict[str, list[int]] = {}
+    for p in plants:
+        if p.cls >= len(split.classes):
+            raise DataError(f"cannot plant a {p.kind} on class {p.cls}: the data has "
+                            f"{len(split.classes)} classes (0 to {len(split.classes) - 1})")
+        own = [i for i, y in enumerate(split.labels) if y == p.cls]
+        rng = np.random.default_rng(seed)
+        chosen = sorted(int(i) for i in rng.permutation(own)[:round(p.fraction * len(own))])
+        carriers.update(dict.fromkeys(chosen, p))
+        planted[f"{p.kind}:{p.cls}"] = chosen
+    return type(split)(StampedImages(split, carriers, seed), split.labels, split.classes,
+                       split.skipped, split.boxes, marked=sorted(carriers), planted=planted)

@@ -1,6 +1,7 @@
-"""An audit folder of ``vitkit audit`` read by the doctor: its confirmed flags are findings; a
-hypothesis that masking tested and did not confirm is no finding (the "ok" line counts them),
-one that masking cannot test (the border) is a "cannot tell". Plain JSON: no torch."""
+"""An audit folder of ``vitkit audit`` read by the doctor: its findings (patterns every test
+confirmed) are warnings; hypotheses the tests could not settle are one "cannot tell"; refuted
+ones are counted in the "ok" line. The titles are the audit's own (``audit.json``). Plain
+JSON: no torch."""
 
 from __future__ import annotations
 
@@ -9,10 +10,6 @@ from pathlib import Path
 
 from vitkit.diagnose.findings import Finding
 from vitkit.errors import DataError
-
-WHAT = {"fixed-region": "relies on a fixed region for class {cls}",
-        "outside-box": "looks outside the object for class {cls}",
-        "border": "looks at the border for class {cls}"}
 
 
 def is_audit(folder: Path) -> bool:
@@ -45,46 +42,50 @@ def _region(flag: dict) -> str:
         " ..." if len(cells) > 6 else "")
 
 
+def _measured(effect: dict) -> dict:
+    """The numbers a finding rests on, before -> after."""
+    out = {}
+    if "removed" in effect:
+        r = effect["removed"]
+        out["class confidence, pattern removed"] = [r["confidence_before"],
+                                                    r["confidence_after"]]
+        out["other classes' confidence, the same change"] = [
+            r["control_confidence_before"], r["control_confidence_after"]]
+    if "added" in effect:
+        a = effect["added"]
+        out["other images turned to the class"] = [a["to_class_before"], a["to_class_after"]]
+    if effect.get("context_removed"):
+        c, k = effect["context_removed"], effect["control"]
+        out["confidence, context filled"] = [c["confidence_before"], c["confidence_after"]]
+        out["other classes, context filled"] = [k["confidence_before"], k["confidence_after"]]
+    return out
+
+
 def check_shortcuts(record: dict, ctx: dict) -> list[Finding]:
-    """One warning per confirmed flag; the patterns masking cannot test (border) as one "cannot
-    tell"; "ok" when nothing was confirmed, saying how many patterns masking refuted."""
+    """One warning per finding; the hypotheses the tests could not settle as one "cannot
+    tell"; "ok" when there is no finding, saying how many hypotheses the tests refuted."""
     out: list[Finding] = []
     folder = record["folder"]
     for f in record["findings"]:
-        effect = f.get("effect", {})
-        measured = {}
-        if "removed" in effect:
-            r = effect["removed"]
-            measured["confidence without it"] = [r["confidence_before"], r["confidence_after"]]
-        if "added" in effect:
-            a = effect["added"]
-            measured["other images turned to the class"] = [a["to_class_before"],
-                                                            a["to_class_after"]]
-        if effect.get("context_removed"):
-            c, k = effect["context_removed"], effect["control"]
-            measured["confidence, context filled"] = [c["confidence_before"],
-                                                      c["confidence_after"]]
-            measured["other classes, context filled"] = [k["confidence_before"],
-                                                         k["confidence_after"]]
         out.append(Finding(
-            f"audit.{f['kind']}", "warning",
-            "the model " + WHAT[f["kind"]].format(cls=f["cls"]) + _region(f)
-            + " (confirmed by masking)", measured=measured,
+            f"audit.{f['kind']}", "warning", f["title"] + _region(f) + " (confirmed by tests)",
+            measured=_measured(f.get("effect", {})),
             why=f["evidence"] + "; a shortcut that holds in this data may fail on new data",
             fix=f"{f['fix']}; look at the images: open {folder}/report.html"))
-    untested = [h for h in record["hypotheses"] if h.get("confirmed") is None]
-    refuted = [h for h in record["hypotheses"] if h.get("confirmed") is False]
-    if untested:
-        names = "; ".join(WHAT[h["kind"]].format(cls=h["cls"]) for h in untested)
+    unsettled = [h for h in record["hypotheses"] if h.get("verdict") == "unsettled"]
+    refuted = [h for h in record["hypotheses"] if h.get("verdict") == "refuted"]
+    if unsettled:
         out.append(Finding(
             "audit.hypotheses", "unknown",
-            f"{len(untested)} pattern(s) that masking cannot test: {names}",
-            why="a pattern in the maps is not evidence that the model needs it, and this kind "
-                "(relevance on the border) is not masked",
-            fix=f"look at the class's images in {folder}/report.html for frames or padding"))
+            f"{len(unsettled)} pattern(s) the tests could not settle: "
+            + "; ".join(h["title"] for h in unsettled),
+            why="one test passed and another did not (e.g. an object part that is needed and "
+                "enough but differs from image to image): a pattern in the maps is not evidence "
+                "that the model needs it",
+            fix=f"look at their images in {folder}/report.html"))
     if not out:
-        tested = (f"; {len(refuted)} pattern(s) in the maps were tested by masking and not "
-                  "confirmed" if refuted else "")
+        tested = (f"; {len(refuted)} pattern(s) in the data were tested and refuted"
+                  if refuted else "")
         out.append(Finding("audit.shortcuts", "ok",
                            f"no shortcut confirmed in {record['summary']['images']} images "
                            f"(method {record.get('method', '?')}){tested}"))

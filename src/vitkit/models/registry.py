@@ -160,6 +160,8 @@ MODEL_ARGS.update({
     "vit_micro_patch4_32_reg4": {**MODEL_ARGS["vit_micro_patch4_32"], "num_reg_tokens": 4},
     "vit_micro_patch4_32_map": {**MODEL_ARGS["vit_micro_patch4_32"], "class_token": False,
                                 "pool": "map"},
+    "vit_nano_patch4_32_map": {**MODEL_ARGS["vit_nano_patch4_32"], "class_token": False,
+                               "pool": "map"},
     # timm's average-pooled ViT-B/16: 16 heads of 48, not the 12 of 64 of ViT-B
     "vit_base_patch16_gap_224": {**MODEL_ARGS["vit_base_patch16_224"], "num_heads": 16,
                                  "pool": "avg", "class_token": False},

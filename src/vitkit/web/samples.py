@@ -16,7 +16,7 @@ from pathlib import Path
 from PIL import Image
 
 from vitkit.data.digits import cluttered_digits
-from vitkit.data.images import IMAGE_SUFFIXES
+from vitkit.data.images import image_files
 from vitkit.errors import DataError
 
 log = logging.getLogger("vitkit")
@@ -60,8 +60,7 @@ def _digits(n: int = 6) -> list[Sample]:
 
 def _folder(folder: str | os.PathLike) -> list[Sample]:
     root = Path(folder)
-    files = sorted(f for f in root.rglob("*") if f.is_file() and f.suffix.lower()
-                   in IMAGE_SUFFIXES)
+    files = image_files(root)
     if len(files) > MAX_FOLDER_IMAGES:
         log.info("--images %s holds %d images: the first %d are offered", root, len(files),
                  MAX_FOLDER_IMAGES)
@@ -99,8 +98,8 @@ def audit_samples(folder: str | os.PathLike) -> list[Sample]:
         file = root / "images" / f"{i:06d}.png"  # from the index, never a path from a file
         return Sample(group, label, lambda f=file, b=box: (f.read_bytes(), b))
 
-    groups = [(f"audit {'finding' if f['confirmed'] else 'hypothesis'}: {f['title']}",
-               f["images"]) for f in record["findings"] + record["hypotheses"]]
+    groups = [(f"audit: {f['title']}", f["images"])  # the title says finding or hypothesis
+              for f in record["findings"] + record["hypotheses"]]
     groups.append(("audit: most suspicious images", record.get("ranked", [])))
     groups += [(f"audit: class {c['class']}, cluster {c['cluster']} ({c['size']} images)",
                 c["typical"]) for c in record["clusters"]]

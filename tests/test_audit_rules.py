@@ -1,0 +1,168 @@
+"""The audit's rules on cases whose answer is known by construction: regions of any shape derived
+from synthetic maps, the bounded pixel measure, and the tests by intervention run on hand-written
+models that use exactly one thing (a place, a colour, a brightness, a texture) or nothing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from vitkit.audit.flags import SAME_PIXELS, candidate_region, examine_region, pixel_variation
+from vitkit.audit.statistics import STATISTICS, examine_statistic, power_shares
+from vitkit.data.shortcut_kinds import apply_kind
+
+
+def _maps(n: int, excess: torch.Tensor | None, seed: int) -> torch.Tensor:
+    """(n, 8, 8) shares: noise, plus 60% of the relevance spread over ``excess`` (bool)."""
+    g = torch.Generator().manual_seed(seed)
+    m = torch.rand(n, 8, 8, generator=g)
+    m = m / m.flatten(1).sum(1)[:, None, None]
+    if excess is not None:
+        m = 0.4 * m + 0.6 * excess.float() / excess.sum()
+    return m
+
+
+def _region(name: str) -> torch.Tensor:
+    r = torch.zeros(8, 8, dtype=torch.bool)
+    if name == "corner":
+        r[0, 7] = True
+    elif name == "stripe":
+        r[:, 0] = True
+    elif name == "frame":
+        r[0], r[-1], r[:, 0], r[:, -1] = True, True, True, True
+    elif name == "two parts":
+        r[1:3, 1:3] = True
+        r[5:7, 5:7] = True
+    elif name == "half":
+        r[:, :4] = True
+    return r
+
+
+@pytest.mark.parametrize("shape", ["corner", "stripe", "frame", "two parts", "half"])
+def test_the_region_is_where_the_class_puts_more_whatever_its_shape_and_size(shape):
+    truth = _region(shape)
+    found = candidate_region(_maps(80, truth, 0), _maps(300, None, 1))
+    assert found is not None and torch.equal(found, truth)
+
+
+def test_no_region_where_the_class_puts_what_the_others_put():
+    assert candidate_region(_maps(80, None, 0), _maps(300, None, 1)) is None
+
+
+def test_pixel_variation_is_bounded_zero_for_a_stamp_and_one_for_varied_content():
+    g = torch.Generator().manual_seed(0)
+    region = torch.zeros(8, 8, dtype=torch.bool)
+    region[:, 0] = True  # a column of patches, 4 pixels wide
+    dark = torch.rand(50, 3, 32, 32, generator=g) * 0.01  # near-constant there elsewhere
+    stamped = torch.rand(50, 3, 32, 32, generator=g)
+    stamped[:, :, :, :4] = 1.0  # a solid white stripe: no contrast of its own (the old ratio
+    assert pixel_variation(stamped, dark, region) == pytest.approx(0.0, abs=1e-4)  # blew up)
+    half = torch.rand(50, 3, 32, 32, generator=g) * 0.3  # a textured background
+    half[:, :, :, :2] = 1.0  # a stripe 2 pixels wide, half the patches' width
+    assert pixel_variation(half, torch.rand(50, 3, 32, 32, generator=g) * 0.3, region) < 0.15
+    varied = torch.rand(50, 3, 32, 32, generator=g)
+    assert pixel_variation(varied, torch.rand(50, 3, 32, 32, generator=g), region) > 0.8
+    assert 0.0 <= pixel_variation(varied, dark, region) <= 1.0
+    assert pixel_variation(dark, dark.flip(0), region) > 0.8  # nothing there, anywhere
+
+
+class _Rule(nn.Module):
+    """Two classes: logit of class 1 = gain x (score(x) - threshold)."""
+
+    def __init__(self, score, threshold: float, gain: float = 40.0):
+        super().__init__()
+        self.score, self.threshold, self.gain = score, threshold, gain
+
+    def forward(self, x):
+        z = self.gain * (self.score(x) - self.threshold)
+        return torch.stack([-z / 2, z / 2], -1)
+
+
+def _images(n: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(n, 3, 32, 32, generator=g) * 0.6
+
+
+def _planted(kind: str, x: torch.Tensor) -> torch.Tensor:
+    out = [torch.from_numpy(apply_kind(kind, (img.permute(1, 2, 0).numpy() * 255).round()
+                                       .astype("uint8"), 1.0, seed=i)).permute(2, 0, 1) / 255
+           for i, img in enumerate(x)]
+    return torch.stack(out).float()
+
+
+def test_a_stripe_the_model_uses_is_a_finding_and_one_it_ignores_is_refuted():
+    own, others = _planted("stripe", _images(60, 0)), _images(120, 1)
+    region = torch.zeros(8, 8, dtype=torch.bool)
+    region[:, 0] = True
+    uses = _Rule(lambda x: x[:, :, :, :2].mean((1, 2, 3)), 0.8)  # the left border's brightness
+    verdict, effect = examine_region(uses, 1, own, own[:8], others, region)
+    assert verdict == "finding", effect
+    assert effect["removed"]["flipped"] > 0.9 and effect["added"]["to_class_after"] > 0.9
+    assert effect["added"]["to_class_control"] < 0.1 and effect["pixel_variation"] < SAME_PIXELS
+    ignores = _Rule(lambda x: x[:, :, 12:20, 12:20].mean((1, 2, 3)), 0.0)  # always class 1
+    verdict, effect = examine_region(ignores, 1, own, own[:8], others, region)
+    assert verdict == "refuted", effect
+
+
+def test_an_object_part_the_model_uses_but_that_differs_between_images_is_unsettled():
+    g = torch.Generator().manual_seed(3)
+    own, others = _images(60, 0), _images(120, 1)
+    strokes = (torch.rand(60, 1, 8, 8, generator=g) > 0.4).float()  # bright, shaped differently
+    own[:, :, 8:16, 8:16] = strokes.expand(-1, 3, -1, -1)
+    region = torch.zeros(8, 8, dtype=torch.bool)
+    region[2:4, 2:4] = True
+    uses = _Rule(lambda x: x[:, :, 8:16, 8:16].mean((1, 2, 3)), 0.45)
+    verdict, effect = examine_region(uses, 1, own, own[:8], others, region)
+    assert verdict == "unsettled" and effect["removed"]["needed"] and effect["added"]["enough"]
+    assert effect["pixel_variation"] > 0.5
+
+
+def _red(x):
+    return x[:, 0].mean((1, 2)) - x[:, 2].mean((1, 2))
+
+
+def _grating_power(x):
+    return power_shares(x)[:, 8, 8]  # the planted grating: period 4 pixels along x + y
+
+
+@pytest.mark.parametrize(("name", "kind", "score", "threshold"), [
+    ("colour", "cast", _red, 0.05),
+    ("texture", "texture", _grating_power, 0.05),
+])
+def test_a_statistic_the_model_uses_is_a_finding_of_its_kind(name, kind, score, threshold):
+    own, others = _planted(kind, _images(60, 0)), _images(120, 1)
+    model = _Rule(score, threshold)
+    assert (model(own).argmax(-1) == 1).all() and (model(others).argmax(-1) == 0).all()
+    tested = examine_statistic(model, name, 1, own, others)
+    assert tested is not None and tested[0] == "finding", tested
+    for other in STATISTICS:  # the one it does not use is not a finding
+        if other != name:
+            result = examine_statistic(model, other, 1, own, others)
+            assert result is None or result[0] != "finding", (other, result)
+
+
+@pytest.mark.parametrize("shift", ["brighter", "more contrast"])
+def test_brightness_or_contrast_the_model_uses_is_a_colour_finding(shift):
+    own, others = _images(60, 0), _images(120, 1)
+    if shift == "brighter":
+        own, model = own + 0.3, _Rule(lambda x: x.mean((1, 2, 3)), 0.45)
+    else:
+        own, model = (own - 0.3) * 2 + 0.3, _Rule(lambda x: x.std((1, 2, 3)), 0.26)
+    assert (model(own).argmax(-1) == 1).all() and (model(others).argmax(-1) == 0).all()
+    verdict, effect, _ = examine_statistic(model, "colour", 1, own, others)
+    assert verdict == "finding", effect
+
+
+def test_nothing_to_test_where_no_frequency_stands_out():
+    assert examine_statistic(_Rule(_red, 0.0), "texture", 1, _images(60, 0),
+                             _images(120, 1)) is None
+
+
+def test_a_share_counts_only_beyond_its_margin_and_two_standard_errors():
+    from vitkit.audit.flags import beyond
+
+    assert not beyond(2 / 26, 26, 2 / 100, 100, 0.05)  # 2 images of 26: noise
+    assert beyond(8 / 91, 91, 0.0, 100, 0.05)
+    assert not beyond(0.09, 1000, 0.0, 1000, 0.1)  # significant, below the margin
+    assert beyond(0.5, 100, 0.0, 100, 0.1)

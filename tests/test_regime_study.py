@@ -108,8 +108,14 @@ def test_verdicts_need_two_standard_errors():
 
 
 def test_regime_options_belong_to_the_regime_mode(capsys):
+    from vitkit.train.regime_study import REGIME_OPTIONS
+
     assert main(["study", "--target-images", "150"]) == 2
     assert "--target-images is an option of --mode regime" in capsys.readouterr().err
+    for flag, kind, _ in REGIME_OPTIONS:  # each of the regime's own flags, refused alike
+        value = "fashion-mnist" if kind is str else "2"
+        assert main(["study", f"--{flag}", value]) == 2, flag
+        assert f"--{flag} is an option of --mode regime" in capsys.readouterr().err
     assert main(["study", "--mode", "regime", "--low-size", "15", "--resolution-patch",
                  "2"]) == 2
     assert "multiples of the patch 2" in capsys.readouterr().err

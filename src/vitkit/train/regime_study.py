@@ -115,8 +115,8 @@ REGIME_OPTIONS = (
     ("mae-source", str, "regime: MAE's unlabelled source (fashion-mnist:0-4@both)"),
     ("mae-all", str, "regime: in-domain MAE data (fashion-mnist@both-but:5-9)"),
 )
-REGIME_ONLY = ("target_images", "resolution_images", "finetune_epochs", "low_size", "high_size",
-               "resolution_patch", "mask_ratio", "mae_source", "mae_all")
+# the regime's own options (--target-images takes several values, so is added apart)
+REGIME_ONLY = ("target_images", *(flag.replace("-", "_") for flag, _, _ in REGIME_OPTIONS))
 
 
 def check_regime_options(regime: bool, options: dict) -> None:

@@ -165,3 +165,27 @@ def test_readout_only_training_gives_the_full_paths_gradients(overrides, checkpo
     for k in full:
         torch.testing.assert_close(read[k], full[k], atol=1e-12, rtol=1e-10, msg=k)
     assert full["blocks.2.mlp.fc1.weight"].abs().sum() > 0
+
+
+def test_separate_query_and_value_biases_are_joined_once_per_block(monkeypatch):
+    """A model whose q and v have their own biases (BEiT, EVA) joins them per block; the
+    in-place path needs the joined bias twice (qkv, and the value bias folded into the
+    projection) and computes it once."""
+    from vitkit.models.vit import Attention
+
+    model = model_with_biases(key_bias=False)
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.q_bias.normal_()
+            block.attn.v_bias.normal_()
+    x = torch.randn(2, 3, *model.cfg.img_size)
+    calls = []
+    real = Attention.bias
+    monkeypatch.setattr(Attention, "bias", lambda self: calls.append(1) or real(self))
+    with torch.inference_mode():
+        assert inference.applies(model, x)
+        model(x)
+    assert len(calls) == model.cfg.depth
+    monkeypatch.setattr(Attention, "bias", real)
+    fused, standard, exact = both_paths(model, x)
+    assert_as_accurate(fused, standard, exact)

@@ -125,6 +125,14 @@ class InPlace(Arithmetic):
 
     def __init__(self) -> None:
         self.ws = Workspace()
+        self.biases: dict[int, torch.Tensor | None] = {}  # each attention's qkv bias, once
+
+    def _bias(self, attn) -> torch.Tensor | None:
+        """``attn.bias()`` (a concatenation where q and v have their own biases), computed
+        once per forward: qkv and project both need it."""
+        if id(attn) not in self.biases:
+            self.biases[id(attn)] = attn.bias()
+        return self.biases[id(attn)]
 
     def _mm(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
             name: str, rows: int | None = None) -> torch.Tensor:
@@ -141,7 +149,7 @@ class InPlace(Arithmetic):
         # no key bias (the softmax ignores it) unless keys are turned; the value bias is folded
         # into the output projection (project)
         B, T, D = x.shape
-        h, b = attn.num_heads, attn.bias()
+        h, b = attn.num_heads, self._bias(attn)
         w = attn.qkv.weight
         if rows is None:
             qkv = self._mm(x, w, None, "qkv")  # (B, T, 3D)
@@ -174,7 +182,7 @@ class InPlace(Arithmetic):
     def project(self, attn, o):
         B, h, R, d = o.shape
         bias = attn.proj.bias
-        b = attn.bias()
+        b = self._bias(attn)
         if b is not None:  # the value bias passes through attention: b_proj + W_proj b_v
             bias = torch.addmv(bias, attn.proj.weight, b[2 * h * d:])
         return self._mm(o.transpose(1, 2).reshape(B, R, h * d), attn.proj.weight, bias,

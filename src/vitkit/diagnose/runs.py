@@ -320,15 +320,13 @@ def _augmentation_words(used: dict[str, float]) -> str:
                      for k, v in used.items())
 
 
-def _validation_says(run: Run, classes: int) -> tuple[bool, bool]:
-    """(good, bad): the last evaluation clearly learns (top-1 VAL_TOP1_ABOVE_CHANCE above
-    chance, or the loss below it), or is worse than chance (the loss above it, top-1 not)."""
-    chance = math.log(classes)
-    rows = [r for r in run.metrics if r.get("val_loss") is not None
-            and math.isfinite(r["val_loss"])]
-    if not rows:
+def _validation_says(last: dict | None, classes: int) -> tuple[bool, bool]:
+    """(good, bad): the last evaluation ``last`` (a metrics row with a finite validation loss,
+    or None) clearly learns (top-1 VAL_TOP1_ABOVE_CHANCE above chance, or the loss below it),
+    or is worse than chance (the loss above it, top-1 not)."""
+    if last is None:
         return False, False
-    last = rows[-1]
+    chance = math.log(classes)
     top1 = last.get("val_top1")
     top1 = top1 / 100 if top1 is not None and top1 > 1 else top1  # timm's percent
     good = last["val_loss"] < chance * (1 - NOT_LEARNING) or (
@@ -359,7 +357,9 @@ def check_learning(run: Run, ctx: dict) -> Finding | None:
     losses, steps = raw, run.steps
     first, last = losses[0], losses[-1]
     top1 = [r["val_top1"] for r in run.metrics if r.get("val_top1") is not None]
-    val = _finite(r.get("val_loss") for r in run.metrics)
+    evaluated = [r for r in run.metrics if r.get("val_loss") is not None
+                 and math.isfinite(r["val_loss"])]
+    val = [r["val_loss"] for r in evaluated]
     measured = {"train_loss": last, "first_train_loss": first, "ln_classes": chance,
                 "epochs": len(losses), "steps": steps if steps is not None else "?"}
     if top1:
@@ -369,7 +369,7 @@ def check_learning(run: Run, ctx: dict) -> Finding | None:
     used = augmentation(run.config)
     if used:
         measured["augmentation"] = _augmentation_words(used)
-    good, bad = _validation_says(run, classes)
+    good, bad = _validation_says(evaluated[-1] if evaluated else None, classes)
     above = last > chance * (1 + NOT_LEARNING)
     diverging = Finding(
         "run.learning", "error",

@@ -367,3 +367,14 @@ def test_a_study_answers_before_it_runs(tmp_path):
     assert named.sweep() == "heavy" and named.sweep_scores is None and named.rows == []
     swept = engine.Study(engine.StudyPlan(out=str(tmp_path / "b"), augmentation="sweep"))
     assert swept.level is None and swept.sweep_scores is None and swept.total == 0
+
+
+def test_the_time_left_waits_for_a_target_run_and_is_shared_by_the_workers():
+    from types import SimpleNamespace
+
+    from vitkit.train.study import Study
+
+    state = SimpleNamespace(trained=0, spent=0.0, total=10, done=1, workers=2)
+    assert "known after the first run" in Study._left(state)  # a source run is no measure
+    state.trained, state.spent, state.done = 2, 240.0, 4  # 2 min a run, 6 left, 2 workers
+    assert Study._left(state) == "about 6.0 min left"

@@ -339,12 +339,17 @@ class Study:
             return
         if not row["arm"].startswith("source-"):  # the one-off pre-training runs are longer
             self.spent, self.trained = self.spent + seconds, self.trained + 1
-        left = (self.total - self.done) * (self.spent / self.trained if self.trained
-                                           else seconds)
         self.say(f"{what} ({row['images']} images), seed {row['seed']}: top-1 "
                  f"{row['top1']:.4f} in {_clock(seconds)}; "
-                 f"{_clock(time.perf_counter() - self.start)} elapsed, about {_clock(left)} "
-                 "left")
+                 f"{_clock(time.perf_counter() - self.start)} elapsed, {self._left()}")
+
+    def _left(self) -> str:
+        """The time left in words: the runs left at the mean of the target runs so far, shared
+        by the workers; unknown until one has finished (a pre-training run is no measure)."""
+        if not self.trained:
+            return "the time left is known after the first run on the target"
+        left = (self.total - self.done) * self.spent / self.trained / self.workers
+        return f"about {_clock(left)} left"
 
     def run_one(self, name: str, arm: str, seed: int, fraction: float, options: dict,
                 needed_later: bool = False) -> dict | None:

@@ -166,3 +166,30 @@ def test_a_share_counts_only_beyond_its_margin_and_two_standard_errors():
     assert beyond(8 / 91, 91, 0.0, 100, 0.05)
     assert not beyond(0.09, 1000, 0.0, 1000, 0.1)  # significant, below the margin
     assert beyond(0.5, 100, 0.0, 100, 0.1)
+
+
+def test_the_verdicts():
+    from vitkit.audit.flags import judge
+
+    # a place with the same pixels: a finding when needed, enough or both
+    assert judge(True, True, True) == judge(False, True, True) == judge(True, False, True) \
+        == "finding"
+    # an object part: its pixels differ, so whatever masking says, not a finding
+    assert judge(True, True, False) == judge(True, False, False) == "unsettled"
+    assert judge(False, False, True) == judge(False, False, False) == "refuted"
+    # a property of the whole image (no pixel test) must be needed and enough
+    assert judge(True, True) == "finding"
+    assert judge(True, False) == judge(False, True) == "unsettled"
+    assert judge(False, False) == "refuted"
+
+
+def test_a_texture_covers_the_image_and_an_objects_frequencies_do_not():
+    from vitkit.audit.statistics import band_spread
+
+    everywhere = _planted("texture", torch.full((20, 3, 32, 32), 0.3))
+    in_a_corner = torch.full((20, 3, 32, 32), 0.3)
+    in_a_corner[:, :, :12, :12] = everywhere[:, :, :12, :12]  # the same pattern, on an object
+    bins = torch.zeros(32, 17, dtype=torch.bool)
+    bins[5:12, 5:12] = True  # the grating's frequency and its neighbours (one bin alone is a
+    assert band_spread(everywhere, bins) > 0.9  # sinusoid over the whole image, by definition)
+    assert band_spread(in_a_corner, bins) < 0.4

@@ -20,8 +20,10 @@ a control so that a large region (a frame) is judged as fairly as a small one:
   pattern in the region as the other classes' images lie from it (:func:`pixel_variation`, 0
   for a mark stamped alike on each, about 1 for whatever happens to be there).
 
-A finding passes all three; masking refutes a hypothesis that is neither needed nor enough; the
-rest (an object part that is needed and enough but differs from image to image) stay unsettled.
+A finding has the same pixels on the class's images and is needed, enough or both (a stamped
+mark that turns other images to the class is a shortcut even where the class's own images are
+recognised without it); masking refutes a hypothesis that is neither needed nor enough; the rest
+(an object part that is needed and enough but differs from image to image) stay unsettled.
 """
 
 from __future__ import annotations
@@ -99,9 +101,13 @@ class Flag:
         return out
 
 
-def judge(needed: bool, enough: bool, same: bool = True) -> str:
-    """The verdict of the three tests."""
-    if needed and enough and same:
+def judge(needed: bool, enough: bool, same: bool | None = None) -> str:
+    """The verdict of the tests. A place (``same`` measured) is a finding when its pixels are
+    the same on the class's images and the model needs it or is moved by it: a stamped thing
+    that, pasted, turns other images to the class is a shortcut even where the class's own
+    images are also recognised without it. A property of the whole image (no pixel test to
+    tell it from the object) must be both needed and enough."""
+    if (needed or enough) and (same if same is not None else needed and enough):
         return "finding"
     return "unsettled" if needed or enough else "refuted"
 

@@ -237,9 +237,10 @@ def _html(result: Audit, options: dict, summary: dict, figures, csv_rows, out: P
     findings, unsettled, refuted = (by_verdict[v] for v in VERDICTS)
     parts.append(f"<h2>Findings ({len(findings)})</h2>")
     if not findings:
-        parts.append("<p>No pattern passed every test: no place, context or image statistic "
-                     "of a class is both needed for its predictions and enough to cause them"
-                     + (" (with the same pixels on every image, for a place)." if result.flags
+        parts.append("<p>No pattern passed its tests: no place with the same pixels on the "
+                     "class's images is needed for its predictions or enough to cause them, "
+                     "and no context or image property is both"
+                     + ("." if result.flags
                         else "; no class's maps put more relevance anywhere than the others'."
                         " The largest clusters are shown below.") + "</p>")
     parts += [_flag_html(f, png) for f, png in findings]

@@ -20,8 +20,9 @@ The statistics:
 - texture: the frequencies where the class's images have more power than the others' (their
   share of each image's power spectrum, compared as the maps' shares are compared for a place:
   :func:`vitkit.audit.flags.candidate_region`); neutralised by removing those frequencies,
-  imposed by adding a donor's. A texture found this way is a stationary pattern (a grating, a
-  grain, a weave), not an object's edges, which spread over all frequencies.
+  imposed by adding a donor's. A texture is stationary (a grating, a grain, a weave): its band
+  covers the image (:func:`band_spread` at least ``SPREAD``), where an object's frequencies sit
+  on the object; a band that is needed and enough but covers less stays unsettled.
 
 Images are the model's input tensors (N, C, H, W), normalised; every statistic is computed
 there, so it does not depend on the normalisation.
@@ -120,9 +121,28 @@ def examine_statistic(model, name: str, cls: int, own: torch.Tensor, others: tor
         model, cls, stat.impose(targets, donors(own, len(targets)), found),
         stat.impose(targets, donors(control_donors, len(targets)), found), targets)
     effect = {"removed": removed, "added": added}
-    if found.dtype == torch.bool:
+    verdict = judge(removed["needed"], added["enough"])
+    if found.dtype == torch.bool:  # a band: a texture covers the image, an object's edges don't
         effect["frequencies"] = int(found.sum())
-    return judge(removed["needed"], added["enough"]), effect, found
+        effect["band_spread"] = band_spread(own, found)
+        if verdict == "finding" and effect["band_spread"] < SPREAD:
+            verdict = "unsettled"
+    return verdict, effect, found
+
+
+SPREAD = 0.75  # a texture's band fills at least three quarters of the image's patches
+
+
+def band_spread(x: torch.Tensor, bins: torch.Tensor, grid: int = 8) -> float:
+    """How evenly the band's energy covers each image, in (0, 1]: the perplexity of its share
+    per cell of a ``grid`` x ``grid`` division over the number of cells, the median over the
+    images (1: a stationary texture, evenly everywhere; a quarter: an object's edges, in the
+    quarter of the image where the object is)."""
+    energy = _band(x, bins).pow(2).sum(1, keepdim=True)  # (N, 1, H, W)
+    cells = torch.nn.functional.adaptive_avg_pool2d(energy, grid).flatten(1)
+    p = cells / cells.sum(1, keepdim=True).clamp_min(1e-12)
+    perplexity = torch.exp(-(p * p.clamp_min(1e-12).log()).sum(1))
+    return (perplexity / p.shape[1]).median().item()
 
 
 @torch.no_grad()

@@ -8,7 +8,9 @@ shortcut planted on 90% of one class's training images (`SPEC+KIND:CLASS:0.9:STR
 - learned: the shortcut put on other classes' validation images turns this share of them to the
   class (the model relies on it; a shortcut the model did not learn is nothing to find);
 - found: a finding (confirmed by intervention) is raised for the planted class, and of which kind;
-- top-20 precision: the share of the 20 most suspicious images that carry the shortcut;
+- top-20 precision: the share of the 20 most suspicious images that carry the shortcut (with
+  two planted, "any carrier" counts the carriers of either, and "in its class" ranks the
+  class's own images);
 - other findings: findings about classes nothing was planted on.
 
 The same recipe on the clean data gives the clean row: any finding there is a false alarm.
@@ -158,6 +160,8 @@ def run_case(data: str, arch: str, kind: str | None, strength: int, again: bool 
 def table(records: list[dict]) -> tuple[str, list[dict]]:
     rows = []
     for r in records:
+        # the carriers of every plant are disjoint: the share of the 20 that carry any of them
+        anyone = round(sum(p["top20"] or 0 for p in r["plants"]), 2) if r["plants"] else ""
         for p in r["plants"] or [None]:
             rows.append({
                 "data": r["data"], "arch": r["arch"], "kind": r["kind"],
@@ -168,17 +172,18 @@ def table(records: list[dict]) -> tuple[str, list[dict]]:
                                                if p["found"] else "no"),
                 "top20": "" if p is None or p["top20"] is None else round(p["top20"], 2),
                 "top20_in_class": "" if p is None else round(p["top20_in_class"], 2),
+                "top20_any": anyone,
                 "other_findings": ", ".join(r["other_findings"]) or "none",
                 "unsettled": r["unsettled"],
                 "developed_on": (r["data"], r["arch"], r["kind"]) in DEVELOPED_ON})
     head = ("| data | model | kind | strength | class | val top-1 | learned | found | "
-            "top-20 precision | in its class | other findings | unsettled |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "top-20 precision | any carrier | in its class | other findings | unsettled |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     body = "".join(
         f"| {x['data']} | {x['arch']} | {x['kind']}{' (dev)' if x['developed_on'] else ''} | "
         f"{x['strength'] or ''} | {x['class']} | {x['val_top1']} | {x['learned']} | "
-        f"{x['found']} | {x['top20']} | {x['top20_in_class']} | {x['other_findings']} | "
-        f"{x['unsettled']} |\n" for x in rows)
+        f"{x['found']} | {x['top20']} | {x['top20_any']} | {x['top20_in_class']} | "
+        f"{x['other_findings']} | {x['unsettled']} |\n" for x in rows)
     return head + body, rows
 
 
@@ -186,7 +191,8 @@ def summary(rows: list[dict]) -> str:
     """Per kind: cases found and mean top-20 precision, among the cases where the model learned
     the shortcut (it moves at least half of the other images) and all of them."""
     lines = ["| kind | cases | learned (>= 0.5) | found, of learned | top-20 >= 0.8, of "
-             "learned | mean top-20 precision, learned |", "|---|---|---|---|---|---|"]
+             "learned | mean top-20 precision (any carrier), learned |",
+             "|---|---|---|---|---|---|"]
     for kind in [*PLANTS, "clean"]:
         mine = [r for r in rows if r["kind"] == kind]
         if not mine:
@@ -197,8 +203,8 @@ def summary(rows: list[dict]) -> str:
             continue
         ok = [r for r in mine if r["learned"] != "" and r["learned"] >= 0.5]
         found = sum(r["found"].startswith("yes") for r in ok)
-        precise = sum(r["top20"] != "" and r["top20"] >= 0.8 for r in ok)
-        mean = np.mean([r["top20"] for r in ok]) if ok else float("nan")
+        precise = sum(r["top20_any"] != "" and r["top20_any"] >= 0.8 for r in ok)
+        mean = np.mean([r["top20_any"] for r in ok]) if ok else float("nan")
         lines.append(f"| {kind} | {len(mine)} | {len(ok)} | {found} | {precise} | "
                      f"{mean:.2f} |")
     return "\n".join(lines) + "\n"

@@ -23,7 +23,7 @@ def test_import_vitkit_pulls_in_no_optional_dependency():
 def test_python_dash_m_vitkit_is_the_vitkit_command():
     out = subprocess.run([sys.executable, "-m", "vitkit", "list", "nano"], capture_output=True,
                          text=True, check=True)
-    assert out.stdout.split() == ["vit_nano_patch4_32"]
+    assert out.stdout.split() == ["vit_nano_patch4_32", "vit_nano_patch4_32_map"]
     bad = subprocess.run([sys.executable, "-m", "vitkit", "info", "vit_nope"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown model 'vit_nope'" in bad.stderr

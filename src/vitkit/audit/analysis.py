@@ -196,7 +196,8 @@ def finish(model, split, result: Audit, *, max_clusters: int = 8,
                                     "typical": _typical(maps[members], members)})
             if found.k > 1 and len(members) >= MIN_CLUSTER:
                 groups.append((k, members))
-        others = [i for i in readable if i not in set(idx)]
+        mine = set(idx)
+        others = [i for i in readable if i not in mine]
         for k, members in groups:
             flag = region_flag(c, k, members, every[members], every[others])
             if flag is None:
@@ -270,8 +271,13 @@ def _examine(model, split, transform, result: Audit, limit: int, seed: int) -> l
                 boxes[rest_idx])
             f.verdict, f.effect = ("finding" if confirmed else "refuted"), {**f.effect, **effect}
             continue
-        members = [i for i in f.members if i in set(own_idx)] or f.members[:limit]
-        x = _images(split, members, transform)
+        at = {i: j for j, i in enumerate(own_idx)}  # the pool's images, read once
+        members = [i for i in f.members if i in at]
+        if members:
+            x = own_x[[at[i] for i in members]]
+        else:
+            members = f.members[:limit]
+            x = _images(split, members, transform)
         mass = (result_shares(result, members) * f.region).flatten(1).sum(1)
         top = [members[j] for j in mass.argsort(descending=True)[:DONORS].tolist()]
         f.verdict, effect = examine_region(model, f.cls, x, _images(split, top, transform),

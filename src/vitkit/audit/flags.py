@@ -292,8 +292,7 @@ def confirm_outside_box(model, cls: int, class_images: torch.Tensor, class_label
         filled = noisy_linear_fill(x, ~box_pixels(boxes, size))
         out = {}
         for name, imgs in (("before", x), ("after", filled)):
-            p = torch.cat([model(imgs[i:i + batch_size]).softmax(-1)
-                           for i in range(0, len(imgs), batch_size)])
+            p = probabilities(model, imgs, batch_size)
             out[f"confidence_{name}"] = p.gather(1, labels[:, None].long()).mean().item()
             out[f"accuracy_{name}"] = (p.argmax(-1) == labels).float().mean().item()
         out["images"] = len(x)

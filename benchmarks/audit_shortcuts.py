@@ -64,8 +64,11 @@ STRENGTHS = (1, 2)
 # a place with the same pixels is a finding when needed or enough
 # and the clean fashion-boxes model, whose three band hypotheses (the object's own frequencies,
 # needed and enough) led to the rule that a texture's band must cover the image
+# and the fashion-boxes [CLS] cast and stripe, whose carriers were crowded out of the ranking by
+# images of other classes leaning on the context around the small object (as every image
+# does): suspicion is now counted from the other classes' reliance on the same pattern
 DEVELOPED_ON = {("cluttered-digits", "cls", k) for k in ("mark", "stripe", "cast", "two")} | {
-    ("fashion-boxes", "cls", "clean")}
+    ("fashion-boxes", "cls", k) for k in ("clean", "cast", "stripe")}
 RECIPE = dict(data_size=3000, epochs=40, patience=4, anneal_epochs=4, holdout=0.1,
               batch_size=64, lr=8e-3, label_smoothing=0.1, mean=(0.0, 0.0, 0.0),
               std=(1.0, 1.0, 1.0), seed=0)

@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from vitkit.audit.flags import SAME_PIXELS, candidate_region, examine_region, pixel_variation
+from vitkit.audit.analysis import Audit, _suspicion
+from vitkit.audit.flags import SAME_PIXELS, Flag, candidate_region, examine_region, pixel_variation
 from vitkit.audit.statistics import STATISTICS, examine_statistic, power_shares
 from vitkit.data.shortcut_kinds import apply_kind
 
@@ -193,3 +194,30 @@ def test_a_texture_covers_the_image_and_an_objects_frequencies_do_not():
     bins[5:12, 5:12] = True  # the grating's frequency and its neighbours (one bin alone is a
     assert band_spread(everywhere, bins) > 0.9  # sinusoid over the whole image, by definition)
     assert band_spread(in_a_corner, bins) < 0.4
+
+
+def test_suspicion_ranks_the_carriers_of_a_pattern_only_they_lean_on_before_a_pattern_all_do():
+    """Class 0 leans on the context outside a small box (0.72 of its relevance) but so does
+    every other image (0.70); half of class 1 carries a corner the others leave alone (0.5 of
+    their relevance there, 0.05 elsewhere). Counted from the other classes' reliance, the
+    carriers come first, though their raw share is below the context's."""
+    n, region = 60, torch.zeros(8, 8, dtype=torch.bool)
+    region[:2, :2] = True
+    every = torch.full((n, 8, 8), 1 / 64)
+    rows = []
+    for i in range(n):
+        cls, carrier = i % 3, i % 3 == 1 and i % 2 == 0
+        if carrier:
+            every[i] = 0.5 / 60
+            every[i, :2, :2] = 0.5 / 4
+        rows.append({"index": i, "prediction": cls, "error": None, "suspicion": 0.0,
+                     "in_box": 0.28 if cls == 0 else 0.30})
+    result = Audit("test", rows, every.numpy(), flags=[
+        Flag("outside-box", 0, "", "", verdict="finding"),
+        Flag("region", 1, "", "", region=region, verdict="finding")])
+    _suspicion(None, None, None, result, every)
+    ranked = sorted(rows, key=lambda r: -r["suspicion"])
+    carriers = [r["index"] for r in rows if r["prediction"] == 1 and r["index"] % 2 == 0]
+    assert {r["index"] for r in ranked[:len(carriers)]} == set(carriers)
+    assert result.flags[0].effect["baseline_reliance"] == pytest.approx(0.70)
+    assert max(r["suspicion"] for r in rows if r["prediction"] == 0) == pytest.approx(0.02)

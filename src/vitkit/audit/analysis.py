@@ -40,13 +40,15 @@ CONFIRM_IMAGES = 200  # images of the class, and of the others, changed to test 
 DONORS = 16  # the images a region is pasted from: those with the most relevance on it
 HYPOTHESIS_WEIGHT = 0.25  # an unsettled pattern counts this much towards an image's suspicion
 TYPICAL = 8  # a cluster's most typical images, shown in the report
+REFERENCE = 256  # other classes' images: their mean reliance on a pattern is suspicion's zero
 
 
 @dataclass
 class Audit:
     """``rows``: one dict per image (index, label, prediction, confidence, correct, the region
-    shares, entropy, high-norm tokens, cluster, suspicion: the share of its relevance on a
-    flagged region of its predicted class, a quarter of it for an unconfirmed one, error);
+    shares, entropy, high-norm tokens, cluster, suspicion: how much more its prediction rests
+    on a flagged pattern of its predicted class than other classes' images rest on it, a
+    quarter of it for an unconfirmed one, see ``_suspicion``; error);
     ``maps`` (n, gh, gw) float32 (NaN for unreadable images); ``clusters``: per predicted
     class, per cluster, its size, mean map (shares), members and most typical members;
     ``flags``: confirmed findings and hypotheses."""
@@ -313,27 +315,47 @@ def result_shares(result: Audit, indices: list[int]) -> torch.Tensor:
 WEIGHT = {"finding": 1.0, "unsettled": HYPOTHESIS_WEIGHT, "refuted": 0.0}
 
 
+def _reliance(model, split, transform, result: Audit, every: torch.Tensor, f: Flag,
+              indices: list[int]) -> list[float]:
+    """How much each image's prediction rests on the pattern ``f``: its share of relevance on
+    the region or outside the box, or the confidence its predicted class loses when the
+    statistic is neutralised."""
+    if f.kind == "region":
+        return (every[indices] * f.region).flatten(1).sum(1).tolist()
+    if f.kind == "outside-box":
+        return [1 - result.rows[i]["in_box"] for i in indices]
+    scores: list[float] = []
+    for start in range(0, len(indices), 256):
+        chunk = indices[start:start + 256]
+        predicted = torch.tensor([result.rows[i]["prediction"] for i in chunk])
+        scores += neutralised_drop(model, f.kind, predicted, _images(split, chunk, transform),
+                                   f.found).tolist()
+    return scores
+
+
 def _suspicion(model, split, transform, result: Audit, every: torch.Tensor) -> None:
     """Each image's suspicion: the most, over the patterns of its predicted class, of how much
-    its prediction rests on one (its share of relevance on a region, outside the box, or the
-    confidence it loses when a statistic is neutralised), times the pattern's weight."""
+    more its prediction rests on one than the other classes' images rest on it (a region's
+    share of relevance, the share outside the box, or the confidence lost when a statistic is
+    neutralised, each less its mean over up to ``REFERENCE`` images of other classes), times
+    the pattern's weight. Net of that baseline, reliances on patterns of different kinds and
+    sizes compare: a pattern every image leans on (the context around a small object) ranks
+    no image first, one only its carriers lean on ranks them first."""
     rows = [r for r in result.rows if not r["error"]]
     for f in result.flags:
         weight = WEIGHT[f.verdict or "refuted"]
         if not weight:
             continue
         own = [r["index"] for r in rows if r["prediction"] == f.cls]
-        if f.kind == "region":
-            scores = (every[own] * f.region).flatten(1).sum(1).tolist()
-        elif f.kind == "outside-box":
-            scores = [1 - result.rows[i]["in_box"] for i in own]
-        else:
-            scores = []
-            for start in range(0, len(own), 256):
-                x = _images(split, own[start:start + 256], transform)
-                scores += neutralised_drop(model, f.kind, f.cls, x, f.found).tolist()
-        for i, score in zip(own, scores, strict=True):
-            result.rows[i]["suspicion"] = max(result.rows[i]["suspicion"], weight * score)
+        others = [r["index"] for r in rows if r["prediction"] != f.cls]
+        reference = others[::max(1, -(-len(others) // REFERENCE))]  # evenly, up to REFERENCE
+        baseline = (float(np.mean(_reliance(model, split, transform, result, every, f,
+                                            reference))) if reference else 0.0)
+        f.effect["baseline_reliance"] = baseline
+        for i, score in zip(own, _reliance(model, split, transform, result, every, f, own),
+                            strict=True):
+            result.rows[i]["suspicion"] = max(result.rows[i]["suspicion"],
+                                              weight * (score - baseline))
 
 
 __all__ = ["Audit", "audit", "scan", "finish", "CORNERS", "DEFAULT_METHOD"]

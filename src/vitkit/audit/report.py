@@ -184,6 +184,9 @@ def _effect_text(f) -> str:
                      f"{c['confidence_after']:.2f} on class {f.cls}, "
                      f"{k['confidence_before']:.2f} -> {k['confidence_after']:.2f} on the "
                      "other classes")
+    if "baseline_reliance" in e:
+        parts.append(f"images of other classes rest on it {e['baseline_reliance']:.2f} on "
+                     "average: an image's suspicion counts from there")
     return "; ".join(parts) or "not tested"
 
 

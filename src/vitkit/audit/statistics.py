@@ -146,13 +146,14 @@ def band_spread(x: torch.Tensor, bins: torch.Tensor, grid: int = 8) -> float:
 
 
 @torch.no_grad()
-def neutralised_drop(model, name: str, cls: int, images: torch.Tensor, found: torch.Tensor,
-                     batch_size: int = 128) -> torch.Tensor:
-    """(n,) the class's confidence each of ``images`` loses when the statistic is neutralised:
-    how much each image's prediction rests on it."""
+def neutralised_drop(model, name: str, cls: int | torch.Tensor, images: torch.Tensor,
+                     found: torch.Tensor, batch_size: int = 128) -> torch.Tensor:
+    """(n,) the confidence in class ``cls`` (one for all, or (n,) one per image) each of
+    ``images`` loses when the statistic is neutralised: how much its prediction rests on it."""
     changed = STATISTICS[name].neutralise(images, found)
-    before = probabilities(model, images, batch_size)[:, cls]
-    after = probabilities(model, changed, batch_size)[:, cls]
+    column = torch.as_tensor(cls).expand(len(images))[:, None]
+    before = probabilities(model, images, batch_size).gather(1, column)[:, 0]
+    after = probabilities(model, changed, batch_size).gather(1, column)[:, 0]
     return (before - after).clamp_min(0)
 
 

@@ -191,25 +191,34 @@ def table(records: list[dict]) -> tuple[str, list[dict]]:
 
 
 def summary(rows: list[dict]) -> str:
-    """Per kind: cases found and mean top-20 precision, among the cases where the model learned
-    the shortcut (it moves at least half of the other images) and all of them."""
+    """Per kind: the cases, those where the model learned the shortcut (it moves at least half
+    of the other images; with two, both), and among them those found (with two, both) and
+    their top-20 precision (the carriers of either)."""
     lines = ["| kind | cases | learned (>= 0.5) | found, of learned | top-20 >= 0.8, of "
-             "learned | mean top-20 precision (any carrier), learned |",
-             "|---|---|---|---|---|---|"]
+             "learned | mean top-20 precision (any carrier), learned | where (data, model, "
+             "strength) |",
+             "|---|---|---|---|---|---|---|"]
+    short = {"cluttered-digits": "digits", "fashion-boxes": "fashion"}
     for kind in [*PLANTS, "clean"]:
         mine = [r for r in rows if r["kind"] == kind]
         if not mine:
             continue
         if kind == "clean":
             false = sum(r["other_findings"] != "none" for r in mine)
-            lines.append(f"| clean | {len(mine)} | | {false} with a finding | | |")
+            where = ", ".join(f"{short[r['data']]} {r['arch']}" for r in mine)
+            lines.append(f"| clean | {len(mine)} | | {false} with a finding | | | {where} |")
             continue
-        ok = [r for r in mine if r["learned"] != "" and r["learned"] >= 0.5]
-        found = sum(r["found"].startswith("yes") for r in ok)
-        precise = sum(r["top20_any"] != "" and r["top20_any"] >= 0.8 for r in ok)
-        mean = np.mean([r["top20_any"] for r in ok]) if ok else float("nan")
-        lines.append(f"| {kind} | {len(mine)} | {len(ok)} | {found} | {precise} | "
-                     f"{mean:.2f} |")
+        cases: dict[tuple, list[dict]] = {}  # a case's rows: one per plant ("two": two)
+        for r in mine:
+            cases.setdefault((r["data"], r["arch"], r["strength"]), []).append(r)
+        ok = [c for c in cases.values() if all(r["learned"] >= 0.5 for r in c)]
+        found = sum(all(r["found"].startswith("yes") for r in c) for c in ok)
+        precise = sum(c[0]["top20_any"] >= 0.8 for c in ok)
+        mean = np.mean([c[0]["top20_any"] for c in ok]) if ok else float("nan")
+        where = ", ".join(sorted({f"{short[r['data']]} {r['arch']} s{r['strength']}"
+                                  for r in mine}))
+        lines.append(f"| {kind} | {len(cases)} | {len(ok)} | {found} | {precise} | "
+                     f"{mean:.2f} | {where} |")
     return "\n".join(lines) + "\n"
 
 
@@ -225,15 +234,16 @@ def figure(rows: list[dict], path: Path) -> None:
         for j, (data, arch) in enumerate(combos):
             values = []
             for k in kinds:
-                hit = [r["top20"] for r in rows if (r["data"], r["arch"], r["kind"],
-                                                     r["strength"]) == (data, arch, k, s)
-                       and r["top20"] != ""]
+                hit = [r["top20_any"] for r in rows if (r["data"], r["arch"], r["kind"],
+                                                         r["strength"]) == (data, arch, k, s)
+                       and r["top20_any"] != ""]
                 values.append(np.mean(hit) if hit else np.nan)
             ax.bar(np.arange(len(kinds)) + j * width, values, width, label=f"{data}, {arch}")
         ax.axhline(0.8, color="k", lw=0.8, ls="--")
         ax.set_xticks(np.arange(len(kinds)) + width * (len(combos) - 1) / 2, kinds, fontsize=8)
         ax.set_ylim(0, 1.05)
-        ax.set_title(f"strength {s}: top-20 precision of the suspicion ranking", fontsize=9)
+        ax.set_title(f"strength {s}: top-20 precision of the suspicion ranking (any "
+                     "carrier; a missing bar: not run)", fontsize=9)
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))

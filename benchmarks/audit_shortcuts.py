@@ -25,8 +25,9 @@ two on the cluttered digits with the [CLS] model, and the clean fashion-boxes [C
 Usage: python benchmarks/audit_shortcuts.py [--data cluttered-digits] [--arch cls]
        [--kinds mark,stripe] [--strengths 1] [--report-only] [--again]
 Each case is cached under runs/bench/audit_shortcuts/ (the model and a JSON of its results), so
-an interrupted run resumes; the table (audit_shortcuts.md, .csv) and figure (.png) are written
-from every cached case to --out (default benchmarks/results).
+an interrupted run resumes (a training cut short continues from its last epoch); the table
+(audit_shortcuts.md, .csv) and figure (.png) are written from every cached case to --out
+(default benchmarks/results).
 """
 
 from __future__ import annotations
@@ -96,9 +97,13 @@ def trained(data: str, arch: str, kind: str | None, strength: int) -> tuple[Path
         return path, json.loads(info.read_text())
     side, patch = SETS[data]
     start = time.perf_counter()
-    run = train(resolve(dict(RECIPE, model=ARCHS[arch], data=spec(data, kind, strength),
-                             img_size=side, patch_size=patch, out=str(CACHE / "runs"),
-                             name=name)))
+    run_dir = CACHE / "runs" / name
+    if (run_dir / "state.pt").exists():  # interrupted: continue it exactly where it stopped
+        run = train(None, resume=run_dir)
+    else:
+        run = train(resolve(dict(RECIPE, model=ARCHS[arch], data=spec(data, kind, strength),
+                                 img_size=side, patch_size=patch, out=str(CACHE / "runs"),
+                                 name=name)), overwrite=True)
     shutil.copy(run.run_dir / "best.safetensors", path)
     record = {"top1": run.outcome["test_top1"], "epochs": run.outcome["epochs"],
               "stopped": run.outcome["stopped"], "train_seconds": time.perf_counter() - start}

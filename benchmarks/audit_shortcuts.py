@@ -53,6 +53,7 @@ from vitkit.data.datasets import load_split
 from vitkit.data.shortcut import parse_plants, stamp
 from vitkit.models.bench import machine
 from vitkit.train import resolve, train
+from vitkit.train.resume import leftover
 from vitkit.util.files import atomic_write
 
 RESULTS = Path(__file__).parent / "results"
@@ -104,14 +105,12 @@ def trained(data: str, arch: str, kind: str | None, strength: int) -> tuple[Path
         return path, json.loads(info.read_text())
     side, patch = SETS[data]
     start = time.perf_counter()
-    run_dir = CACHE / "runs" / name
-    if (run_dir / "state.pt").exists():  # interrupted: continue it exactly where it stopped
-        run = train(None, resume=run_dir)
-    else:
-        run = train(resolve(dict(RECIPE, **ARCH_RECIPE.get(arch, {}), model=ARCHS[arch],
-                                 data=spec(data, kind, strength),
-                                 img_size=side, patch_size=patch, out=str(CACHE / "runs"),
-                                 name=name)), overwrite=True)
+    cfg = resolve(dict(RECIPE, **ARCH_RECIPE.get(arch, {}), model=ARCHS[arch],
+                       data=spec(data, kind, strength), img_size=side, patch_size=patch,
+                       out=str(CACHE / "runs"), name=name))
+    # cut short with this recipe: continue it exactly where it stopped; any other leftover goes
+    resume = leftover(CACHE / "runs" / name, cfg)
+    run = train(None, resume=resume) if resume else train(cfg, overwrite=True)
     shutil.copy(run.run_dir / "best.safetensors", path)
     record = {"top1": run.outcome["test_top1"], "epochs": run.outcome["epochs"],
               "stopped": run.outcome["stopped"], "train_seconds": time.perf_counter() - start}

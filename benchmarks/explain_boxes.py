@@ -34,6 +34,7 @@ from vitkit.explain import trust
 from vitkit.explain.lrp import RULES
 from vitkit.models.bench import machine
 from vitkit.train import resolve, train
+from vitkit.train.resume import leftover
 from vitkit.util.files import atomic_write
 from vitkit.viz import plot
 
@@ -66,7 +67,8 @@ def checkpoint(data: str, layout: str) -> Path:
 
 
 def trained_model(data: str, layout: str, epochs: int) -> tuple[vitkit.VisionTransformer, str]:
-    """The cached model, or one trained now with `vitkit train` (lr 8e-3 x 64/512)."""
+    """The cached model, or one trained now with `vitkit train` (RECIPE, with the layout's
+    LAYOUT_RECIPE), and a sentence on how it was trained."""
     path = checkpoint(data, layout)
     note = path.with_suffix(".train.txt")  # how it was trained, written beside it
     if path.exists():
@@ -75,13 +77,12 @@ def trained_model(data: str, layout: str, epochs: int) -> tuple[vitkit.VisionTra
     side, patch = SETS[data]
     start = time.perf_counter()
     recipe = dict(RECIPE, **LAYOUT_RECIPE.get((data, layout), {}))
-    run_dir = CACHE / "runs" / f"{data}-{layout}"
-    if (run_dir / "state.pt").exists():  # cut short: continue it exactly where it stopped
-        run = train(None, resume=run_dir)
-    else:
-        run = train(resolve(dict(recipe, model=LAYOUTS[layout], data=data, img_size=side,
-                                 patch_size=patch, epochs=epochs, out=str(CACHE / "runs"),
-                                 name=f"{data}-{layout}")), overwrite=True)
+    cfg = resolve(dict(recipe, model=LAYOUTS[layout], data=data, img_size=side,
+                       patch_size=patch, epochs=epochs, out=str(CACHE / "runs"),
+                       name=f"{data}-{layout}"))
+    # cut short with this recipe: continue it exactly where it stopped; any other leftover goes
+    resume = leftover(CACHE / "runs" / f"{data}-{layout}", cfg)
+    run = train(None, resume=resume) if resume else train(cfg, overwrite=True)
     model = vitkit.load_model(run.run_dir / "best.safetensors")
     vitkit.save_model(model, path)
     out = run.outcome

@@ -196,6 +196,23 @@ def test_a_resume_says_which_steps_it_does_again(stopped):
     assert f"step {state['step']}" in log and "the 3 steps run after it" in log
 
 
+def test_a_leftover_is_resumed_only_when_it_is_the_same_run(stopped, tmp_path):
+    """What a planned run (a study's arm, a benchmark's case) does with a folder an earlier
+    attempt left: resume it when its state was saved with the very same config, else remove it."""
+    from vitkit.train import config as config_io
+    from vitkit.train.resume import leftover
+
+    cfg = config_io.load(stopped / "config.yaml")
+    assert leftover(tmp_path / "nothing-here", cfg) is None
+    assert leftover(stopped, cfg) == stopped and (stopped / "state.pt").exists()
+    other = config_io.resolve({"lr": cfg.lr * 2}, str(stopped / "config.yaml"))
+    assert leftover(stopped, other) is None and not stopped.exists()  # another recipe: removed
+    half = tmp_path / "half"  # a run stopped before its first state: nothing to resume
+    half.mkdir()
+    config_io.save(cfg, half / "config.yaml")
+    assert leftover(half, cfg) is None and not half.exists()
+
+
 def test_ctrl_c_saves_the_state_and_the_run_resumes(tmp_path):
     """SIGINT stops a run after its current step with its state saved; the resume does no step
     twice and ends where an uninterrupted run ends."""

@@ -9,10 +9,13 @@
   says how many steps since the last saved state it does again.
 - ``InterruptGuard``: the first Ctrl-C asks the trainer to save its state after the current
   step and stop; a second one stops at once.
+- ``leftover``: what a planned run should do with a folder an earlier attempt left: resume it
+  when it holds a state saved with the same config, otherwise remove it.
 """
 
 from __future__ import annotations
 
+import shutil
 import signal
 import threading
 import time
@@ -21,6 +24,7 @@ from pathlib import Path
 import torch
 
 from vitkit.errors import CheckpointError, ConfigError
+from vitkit.train import config as config_io
 
 # options that may differ between the saved state and config.yaml: where and how the run
 # computes, not what it computes
@@ -41,6 +45,24 @@ def check_resumable(run_dir: Path) -> None:
     if missing:
         raise ConfigError(f"nothing to resume in {run_dir}: no {' or '.join(missing)} (the run "
                           "saved no checkpoint yet); start it again without --resume")
+
+
+def leftover(folder: Path, cfg: config_io.TrainConfig) -> Path | None:
+    """``folder`` when an earlier attempt at the run ``cfg`` left it resumable (its state saved,
+    its ``config.yaml`` equal to ``cfg``): ``train(None, resume=folder)`` then continues where it
+    stopped, early-stopping state included. Any other leftover (no state yet, another config, an
+    unreadable config) is removed and None returned: the run starts again from scratch."""
+    if not folder.exists():
+        return None
+    try:
+        check_resumable(folder)
+        same = config_io.load(folder / "config.yaml") == cfg
+    except (ConfigError, OSError, ValueError):
+        same = False
+    if same:
+        return folder
+    shutil.rmtree(folder)
+    return None
 
 
 def _rescue(path: Path) -> str:

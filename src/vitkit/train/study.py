@@ -41,7 +41,6 @@ from vitkit.data.datasets import load_split
 from vitkit.data.idx import find_idx_folder
 from vitkit.errors import ConfigError, LockHeld, WorkerFailed
 from vitkit.recipe import study_base, study_budget, study_converge
-from vitkit.train import config as config_io
 from vitkit.train import resume as resume_io
 from vitkit.train import runfolder
 from vitkit.train.config import resolve
@@ -405,15 +404,9 @@ class Study:
         if self.finished(name) is not None:  # trained again for its weights, gone: from scratch
             shutil.rmtree(folder)
             return None
-        try:
-            resume_io.check_resumable(folder)
-            same = config_io.load(folder / "config.yaml") == cfg
-        except (ConfigError, OSError, ValueError):
-            same = False
-        if same:
+        if resume_io.leftover(folder, cfg) is not None:
             self.say(f"{name} stopped before it finished: resuming it")
             return folder
-        shutil.rmtree(folder)
         self.say(f"{name} stopped before it finished: training it again")
         return None
 

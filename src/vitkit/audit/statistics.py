@@ -146,12 +146,13 @@ def band_spread(x: torch.Tensor, bins: torch.Tensor, grid: int = 8) -> float:
 
 
 @torch.no_grad()
-def neutralised_drop(model, name: str, cls: int | torch.Tensor, images: torch.Tensor,
+def neutralised_drop(model, name: str, classes: torch.Tensor, images: torch.Tensor,
                      found: torch.Tensor, batch_size: int = 128) -> torch.Tensor:
-    """(n,) the confidence in class ``cls`` (one for all, or (n,) one per image) each of
-    ``images`` loses when the statistic is neutralised: how much its prediction rests on it."""
+    """(n,) the confidence in its class (``classes``, (n,) one per image, e.g. its prediction)
+    each of ``images`` (n, 3, H, W) loses when the statistic is neutralised: how much its
+    prediction rests on it."""
     changed = STATISTICS[name].neutralise(images, found)
-    column = torch.as_tensor(cls).expand(len(images))[:, None]
+    column = classes.long()[:, None]
     before = probabilities(model, images, batch_size).gather(1, column)[:, 0]
     after = probabilities(model, changed, batch_size).gather(1, column)[:, 0]
     return (before - after).clamp_min(0)

@@ -206,6 +206,31 @@ def test_the_doctor_reports_a_confirmed_shortcut_and_nothing_on_a_clean_model(tm
                 if refuted else "refuted" not in found[0].summary)
 
 
+def test_a_model_that_has_not_learned_the_task_is_said_so(tmp_path):
+    """An untrained model is right on about a tenth of the digits: the command, the report and
+    the doctor say that its findings describe how it errs (the clean model above has no such
+    warning)."""
+    from vitkit.diagnose import diagnose
+
+    model = vitkit.load_model(CLEAN)
+    torch.manual_seed(0)
+    for p in model.parameters():  # the same architecture, weights drawn again: untrained
+        p.data = torch.randn_like(p) * 0.02
+    vitkit.save_model(model, tmp_path / "untrained.safetensors")
+    out = tmp_path / "a"
+    done = cli("--checkpoint", str(tmp_path / "untrained.safetensors"), "--data",
+               "cluttered-digits", "--split", "val", "--limit", "200", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((out / "audit.json").read_text())["summary"]
+    assert summary["accuracy"] < 0.5
+    assert f"right on {summary['accuracy']:.0%} of the 200 labelled images (chance 10%)" in (
+        summary["warning"])
+    assert "warning: the model is right on" in done.stderr
+    assert "has not learned the task" in (out / "report.html").read_text()
+    warned = [f for f in diagnose(out) if f.check == "audit.accuracy"]
+    assert len(warned) == 1 and warned[0].level == "warning"
+
+
 def test_the_doctor_says_an_unfinished_audit_is_unfinished(tmp_path):
     from vitkit.diagnose import diagnose
     from vitkit.errors import DataError

@@ -33,6 +33,9 @@ from vitkit.viz import plot
 RANKED = 50  # the most suspicious images listed and saved
 THUMB = 256  # saved images are at most this many pixels a side
 OUTLINE = dict(levels=[0.5], colors="cyan", linewidths=1.2, linestyles="dashed")  # a region
+# below this accuracy on the labelled images audited most predictions are wrong: the findings
+# then describe how a model that has not learned the task errs, not a shortcut it took
+LEARNED = 0.5
 COLUMNS = ("path", "label", "prediction", "confidence", "correct", "cluster", "suspicion",
            "border", *CORNERS, "in_box", "entropy", "high_norm_tokens", "error", "index")
 
@@ -60,7 +63,7 @@ def _picture(split, i: int) -> np.ndarray | None:
     return np.asarray(img, dtype=np.float32) / 255
 
 
-def _summary(result: Audit) -> dict:
+def summarise(result: Audit) -> dict:
     ok = [r for r in result.rows if not r["error"]]
     labelled = [r for r in ok if r["correct"] is not None]
     return {"images": len(result.rows), "readable": len(ok),
@@ -70,7 +73,23 @@ def _summary(result: Audit) -> dict:
             "findings": sum(f.verdict == "finding" for f in result.flags),
             "unsettled": sum(f.verdict == "unsettled" for f in result.flags),
             "refuted": sum(f.verdict == "refuted" for f in result.flags),
-            "clusters": len(result.clusters)}
+            "clusters": len(result.clusters),
+            "warning": untrained(labelled)}
+
+
+def untrained(labelled: list[dict]) -> str | None:
+    """A warning when the model is wrong on most of the labelled images audited (``LEARNED``),
+    else None."""
+    if not labelled:
+        return None
+    accuracy = sum(r["correct"] for r in labelled) / len(labelled)
+    if accuracy >= LEARNED:
+        return None
+    chance = 1 / max(len({r["label"] for r in labelled}), 1)
+    return (f"the model is right on {accuracy:.0%} of the {len(labelled)} labelled images "
+            f"(chance {chance:.0%}): it has not learned the task, so what its predictions rest "
+            "on is mostly how it errs, not a shortcut it took; train it further (or check the "
+            "data and its labels) before reading the findings")
 
 
 def _flag_images(result: Audit, f, count: int = TYPICAL) -> list[int]:
@@ -182,8 +201,8 @@ def _effect_text(f) -> str:
         c, k = e["context_removed"], e["control"]
         parts.append(f"outside of the box filled: confidence {c['confidence_before']:.2f} -> "
                      f"{c['confidence_after']:.2f} on class {f.cls}, "
-                     f"{k['confidence_before']:.2f} -> {k['confidence_after']:.2f} on the "
-                     "other classes")
+                     + (f"{k['confidence_before']:.2f} -> {k['confidence_after']:.2f} on the "
+                        "other classes" if k else "no image of another class to compare"))
     if "baseline_reliance" in e:
         parts.append(f"images of other classes rest on it {e['baseline_reliance']:.2f} on "
                      "average: an image's suspicion counts from there")
@@ -223,7 +242,7 @@ def _html(result: Audit, options: dict, summary: dict, figures, csv_rows, out: P
              "padding:2px 6px}img{max-width:100%}.finding{border-left:4px solid #c00;"
              "padding-left:.6em}.unsettled{border-left:4px solid #e90;padding-left:.6em}"
              ".refuted{border-left:4px solid #aaa;padding-left:.6em;color:#555}"
-             "code{background:#f4f4f4}</style></head><body>",
+             "code{background:#f4f4f4}.warning{background:#fff3cd;padding:.4em}</style></head><body>",
              f"<h1>Audit of {e(options['checkpoint'])}</h1>",
              f"<p>{summary['images']} images of <code>{e(options['data'])}</code> "
              f"({e(options['split'])}), method <code>{e(result.method)}</code>: "
@@ -234,6 +253,9 @@ def _html(result: Audit, options: dict, summary: dict, figures, csv_rows, out: P
              + (f", accuracy {summary['accuracy']:.3f}" if summary["accuracy"] is not None
                 else "") + ".</p>",
              f"<p>Browse the clusters and ranked images: <code>{e(explore)}</code></p>"]
+    if summary["warning"]:
+        parts.insert(-1, f"<p class='warning'><strong>Warning:</strong> {e(summary['warning'])}"
+                         "</p>")
     pictures = dict(zip(range(len(result.flags)), (png for _, png in figures), strict=False))
     by_verdict = {v: [(f, pictures.get(j)) for j, f in enumerate(result.flags) if f.verdict == v]
                   for v in VERDICTS}
@@ -288,7 +310,7 @@ def write(result: Audit, split, out: str | Path, options: dict) -> list[Path]:
     """Write the audit's files into ``out``; returns their paths."""
     out = Path(out)
     data, split_name = options["data"], options["split"]
-    summary = _summary(result)
+    summary = summarise(result)
     top = ranked(result)
     csv_rows = []
     for r in sorted(result.rows, key=lambda r: (-r.get("suspicion", 0.0), r["index"])):

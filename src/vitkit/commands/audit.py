@@ -4,11 +4,12 @@ dataset, with flags confirmed by masking; resumable, and split over ranks under 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from vitkit.audit import store
 from vitkit.audit.analysis import CONFIRM_IMAGES, DEFAULT_METHOD
 from vitkit.audit.flags import VERDICTS
-from vitkit.audit.report import write
+from vitkit.audit.report import summarise, write
 from vitkit.explain.methods import METHODS
 from vitkit.train.distributed import cleanup
 
@@ -71,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
         files = write(result, result.split, args.out, options)
     finally:
         cleanup()
+    warning = summarise(result)["warning"]
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     for f in sorted(result.flags, key=lambda f: VERDICTS.index(f.verdict or "refuted")):
         if f.verdict != "refuted":
             print(f"{'FINDING' if f.confirmed else 'unsettled'}: {f.kind} class {f.cls}: "

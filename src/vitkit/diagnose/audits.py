@@ -57,13 +57,16 @@ def _measured(effect: dict) -> dict:
     if effect.get("context_removed"):
         c, k = effect["context_removed"], effect["control"]
         out["confidence, context filled"] = [c["confidence_before"], c["confidence_after"]]
-        out["other classes, context filled"] = [k["confidence_before"], k["confidence_after"]]
+        if k:  # None: no image of another class to compare
+            out["other classes, context filled"] = [k["confidence_before"],
+                                                    k["confidence_after"]]
     return out
 
 
 def check_shortcuts(record: dict, ctx: dict) -> list[Finding]:
     """One warning per finding; the hypotheses the tests could not settle as one "cannot
-    tell"; "ok" when there is no finding, saying how many hypotheses the tests refuted."""
+    tell"; "ok" when there is no finding, saying how many hypotheses the tests refuted; and a
+    warning when the audited model is wrong on most of its images."""
     out: list[Finding] = []
     folder = record["folder"]
     for f in record["findings"]:
@@ -89,4 +92,9 @@ def check_shortcuts(record: dict, ctx: dict) -> list[Finding]:
         out.append(Finding("audit.shortcuts", "ok",
                            f"no shortcut confirmed in {record['summary']['images']} images "
                            f"(method {record.get('method', '?')}){tested}"))
+    if record["summary"].get("warning"):
+        out.append(Finding(
+            "audit.accuracy", "warning",
+            f"the audited model is right on {record['summary']['accuracy']:.0%} of the images",
+            why=record["summary"]["warning"], fix="train it further, then audit it again"))
     return out

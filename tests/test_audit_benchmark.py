@@ -17,9 +17,11 @@ def _plant(cls, learned, found, top20, in_class=1.0):
             "top20": top20, "top20_in_class": in_class}
 
 
-def _record(kind, plants, data="cluttered-digits", arch="cls", strength=1, other=()):
+def _record(kind, plants, data="cluttered-digits", arch="cls", strength=1, other=(),
+            audited=0.9):
     return {"case": f"{data}-{arch}-{kind}", "data": data, "arch": arch, "kind": kind,
             "strength": strength if plants else 0, "top1": 0.9, "epochs": 20,
+            "audited_top1": audited,
             "findings": [], "unsettled": 0, "plants": plants, "other_findings": list(other)}
 
 
@@ -41,16 +43,21 @@ def test_the_summary_counts_a_case_once_and_two_plants_only_when_both_hold(tmp_p
         _record("cast", [_plant(3, 1.0, ["colour"], 0.7)], data="fashion-boxes"),
         _record("clean", [], other=["region:4"]),
         _record("clean", [], arch="map"),
+        # a clean model that has not learned the task: its finding is counted, and said so
+        _record("clean", [], data="fashion-boxes", arch="map", other=["outside-box:1"],
+                audited=0.35),
     ]
     text, rows = bench.table(records)
-    assert len(rows) == 6 + 2  # a row per plant, one per clean case
+    assert len(rows) == 6 + 3  # a row per plant, one per clean case
+    assert "| 0.35 (warned) |" in text and text.count("(warned)") == 1
     two = next(r for r in rows if r["kind"] == "two" and r["strength"] == 1)
     assert two["top20_any"] == 0.6  # the carriers of either
     lines = {line.split(" | ")[0].strip("| "): line for line in bench.summary(rows).splitlines()}
     # two cases, both learned; both plants found in one; top-20 of either 0.6 and 1.0
     assert lines["two"].startswith("| two | 2 | 2 | 1 | 1 | 0.80 |")
     assert lines["cast"].startswith("| cast | 2 | 1 | 1 | 0 | 0.70 |")
-    assert "| clean | 2 | | 1 with a finding |" in lines["clean"]
+    assert ("| clean | 3 | | 2 with a finding (1 on a model the audit warns has not learned "
+            "the task) |") in lines["clean"]
     assert "digits cls s1, digits cls s2" in lines["two"]
     bench.figure(rows, tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 0

@@ -157,7 +157,7 @@ def summary(results: dict) -> list[dict]:
             peers = [r for r in rows if r["by"] not in ("vitkit", "floor")]
             theirs = _best(peers, lambda b: True, key, lower) if peers else ("-", float("nan"))
             ahead = ours[1] < theirs[1] if lower else ours[1] > theirs[1]
-            tied = ours[1] == theirs[1]
+            tied = round(ours[1], 3) == round(theirs[1], 3)  # equal as printed
             row[key.replace("_", " ")] = (f"{ours[1]:.3f} {ours[0]} vs {theirs[1]:.3f} "
                                           f"{theirs[0]}" + (" (tie)" if tied else
                                                             "" if ahead else " (behind)"))

@@ -18,17 +18,19 @@ The same recipe on the clean data gives the clean row: any finding there is a fa
 Kinds (``vitkit.data.shortcut_kinds``): mark, stripe, frame, text, patch, cast, texture, and
 "two" (a mark on class 3 and a text watermark on class 7 at once), each at strength 1 and 2, on
 cluttered digits (32 px, patch 4) and fashion-boxes (64 px, patch 8), with a [CLS] ViT and an
-attention-pooling (MAP) one. Not the whole product (64 cases at about 4 minutes each): every
-kind at strength 1 and 2 on the digits with the [CLS] model, at strength 1 with the MAP model
-and on fashion-boxes with the [CLS] model, the mark on fashion-boxes with the MAP model, and
-the clean data with each. The audit's rules were developed looking at mark, stripe, cast and
-two on the cluttered digits with the [CLS] model, the clean fashion-boxes [CLS] model and its
-cast and stripe (``DEVELOPED_ON``); every other case is held out.
+attention-pooling (MAP) one. Not the whole product (64 cases at 4 to 12 minutes each): every
+kind at strength 1 on both data sets with both models, at strength 2 on the digits with the
+[CLS] model, and the clean data with each pair (44 models). The audit's rules were developed
+looking at mark, stripe, cast and two on the cluttered digits with the [CLS] model, the clean
+fashion-boxes [CLS] model and its cast and stripe (``DEVELOPED_ON``); every other case is held
+out.
 
 Usage: python benchmarks/audit_shortcuts.py [--data cluttered-digits] [--arch cls]
        [--kinds mark,stripe] [--strengths 1] [--report-only] [--again]
 Each case is cached under runs/bench/audit_shortcuts/ (the model and a JSON of its results), so
-an interrupted run resumes (a training cut short continues from its last epoch); the table
+an interrupted run resumes (a training cut short with the same recipe continues from its last
+epoch); each record gives the model's accuracy on the images audited (the audit warns under
+0.5); the table
 (audit_shortcuts.md, .csv) and figure (.png) are written from every cached case to --out
 (default benchmarks/results).
 """

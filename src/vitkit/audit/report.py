@@ -66,24 +66,21 @@ def _picture(split, i: int) -> np.ndarray | None:
 def summarise(result: Audit) -> dict:
     ok = [r for r in result.rows if not r["error"]]
     labelled = [r for r in ok if r["correct"] is not None]
+    accuracy = sum(r["correct"] for r in labelled) / len(labelled) if labelled else None
     return {"images": len(result.rows), "readable": len(ok),
             "unreadable": len(result.rows) - len(ok),
-            "accuracy": (sum(r["correct"] for r in labelled) / len(labelled)
-                         if labelled else None),
+            "accuracy": accuracy,
             "findings": sum(f.verdict == "finding" for f in result.flags),
             "unsettled": sum(f.verdict == "unsettled" for f in result.flags),
             "refuted": sum(f.verdict == "refuted" for f in result.flags),
             "clusters": len(result.clusters),
-            "warning": untrained(labelled)}
+            "warning": untrained(accuracy, labelled)}
 
 
-def untrained(labelled: list[dict]) -> str | None:
-    """A warning when the model is wrong on most of the labelled images audited (``LEARNED``),
-    else None."""
-    if not labelled:
-        return None
-    accuracy = sum(r["correct"] for r in labelled) / len(labelled)
-    if accuracy >= LEARNED:
+def untrained(accuracy: float | None, labelled: list[dict]) -> str | None:
+    """A warning when the model is wrong on most (``LEARNED``) of the ``labelled`` rows audited,
+    on which it is right at ``accuracy``; else None."""
+    if accuracy is None or accuracy >= LEARNED:
         return None
     chance = 1 / max(len({r["label"] for r in labelled}), 1)
     return (f"the model is right on {accuracy:.0%} of the {len(labelled)} labelled images "

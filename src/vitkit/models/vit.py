@@ -514,6 +514,11 @@ class VisionTransformer(nn.Module):
             layers.append(i % depth)
         return layers
 
+    def _check_images(self, x: torch.Tensor) -> None:
+        if x.dim() != 4 or x.shape[1] != self.cfg.in_chans:
+            raise ModelError(f"expected images (B, {self.cfg.in_chans}, H, W), got shape "
+                             f"{tuple(x.shape)}")
+
     def forward_features(
         self, x: torch.Tensor, return_attn: bool = False,
         attn_layers: Sequence[int] | None = None, *, readout_only: bool = False,
@@ -534,9 +539,7 @@ class VisionTransformer(nn.Module):
         rows = len(self.cfg.readout_rows) if readout_only else None
         if attn_layers is not None and not return_attn:
             raise ModelError("attn_layers selects which maps to return; pass return_attn=True")
-        if x.dim() != 4 or x.shape[1] != self.cfg.in_chans:
-            raise ModelError(f"expected images (B, {self.cfg.in_chans}, H, W), got shape "
-                             f"{tuple(x.shape)}")
+        self._check_images(x)
         x, grid, table = self.embed(x, trace)
         wanted = set(self._layers_with_maps(attn_layers)) if return_attn else set()
         maps: dict[int, torch.Tensor] = {}
@@ -560,6 +563,77 @@ class VisionTransformer(nn.Module):
             return x
         layers = self._layers_with_maps(attn_layers)
         return x, AttentionMaps([maps[i] for i in layers], layers, grid, self.cfg)
+
+    def _take_indices(self, indices: int | Sequence[int] | None) -> list[int]:
+        """timm's ``feature_take_indices``: None -> every block, an int n -> the last n blocks,
+        a sequence -> those blocks (negative ones counted from the end), counted from 0."""
+        depth = len(self.blocks)
+        if indices is None:
+            return list(range(depth))
+        if isinstance(indices, int) and not isinstance(indices, bool):
+            if not 0 < indices <= depth:
+                raise ModelError(f"indices={indices} asks for the last {indices} blocks, but the "
+                                 f"model has {depth}: give 1..{depth}, a list of block indices "
+                                 f"or None for all")
+            return list(range(depth - indices, depth))
+        if isinstance(indices, (str, bytes)) or not isinstance(indices, Sequence) or not indices:
+            raise ModelError(f"indices takes None, an int n (the last n blocks) or a non-empty "
+                             f"list of block indices; got {indices!r}")
+        taken = []
+        for i in indices:
+            if not isinstance(i, int) or isinstance(i, bool) or not -depth <= i < depth:
+                raise ModelError(f"indices has {i!r}, but the model has {depth} blocks "
+                                 f"(valid: {-depth}..{depth - 1})")
+            taken.append(i % depth)
+        return taken
+
+    def forward_intermediates(
+        self, x: torch.Tensor, indices: int | Sequence[int] | None = None,
+        return_prefix_tokens: bool = False, norm: bool = False, stop_early: bool = False,
+        output_fmt: str = "NCHW", intermediates_only: bool = False,
+    ):
+        """The outputs of chosen blocks, as timm's ``forward_intermediates`` gives them.
+
+        x (B, C, H, W); ``indices``: None (every block), an int n (the last n blocks) or block
+        indices (negative ones from the end). The intermediates come in block order, one per
+        block taken, whatever the order asked. Each is a block's output with the prefix
+        tokens ([CLS], distillation, registers) split off: the patch tokens (B, D, gh, gw) for
+        ``output_fmt="NCHW"``, (B, gh*gw, D) for ``"NLC"``; with ``return_prefix_tokens``, a
+        tuple (patch tokens, prefix tokens (B, num_prefix_tokens, D)) on models with prefix
+        tokens. ``norm``: the final norm (``self.norm``) applied to each. ``stop_early``: the
+        blocks after the last one taken are not run.
+
+        Returns the list with ``intermediates_only``; else (final tokens (B, T, D), list), the
+        final tokens those of :meth:`forward_features` (after the final norm; with
+        ``stop_early`` those of the last block run).
+        """
+        if output_fmt not in ("NCHW", "NLC"):
+            raise ModelError(f"output_fmt must be 'NCHW' (B, D, gh, gw) or 'NLC' "
+                             f"(B, gh*gw, D); got {output_fmt!r}")
+        take = self._take_indices(indices)
+        self._check_images(x)
+        x, grid, table = self.embed(x)
+        last = max(take) if stop_early else len(self.blocks) - 1
+        taken = []
+        for i, block in enumerate(self.blocks[:last + 1]):
+            # the standard arithmetic: the in-place path would overwrite the tensors kept here
+            layer_table = table.layer(i) if table is not None else None
+            if self.grad_checkpointing and torch.is_grad_enabled():
+                x, _ = checkpoint(block, x, rope_table=layer_table, use_reentrant=False)
+            else:
+                x, _ = block(x, rope_table=layer_table, ops=STANDARD)
+            if i in take:
+                taken.append(self.norm(x) if norm else x)
+        P = self.num_prefix_tokens
+        patches = [y[:, P:] for y in taken]  # (B, N, D)
+        if output_fmt == "NCHW":
+            patches = [y.reshape(y.shape[0], *grid, -1).permute(0, 3, 1, 2).contiguous()
+                       for y in patches]  # (B, D, gh, gw)
+        out = list(zip(patches, [y[:, :P] for y in taken], strict=True)) \
+            if return_prefix_tokens and P else patches
+        if intermediates_only:
+            return out
+        return self.norm(x), out
 
     def pool(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, D) -> (B, D): the [CLS] output, the mean of the patch tokens, or attention

@@ -503,16 +503,18 @@ class VisionTransformer(nn.Module):
         return tokens, grid, self.rope_table(grid)
 
     def _layers_with_maps(self, attn_layers: Sequence[int] | None) -> list[int]:
-        depth = len(self.blocks)
         if attn_layers is None:
-            return list(range(depth))
-        layers = []
-        for i in attn_layers:
-            if not -depth <= i < depth:
-                raise ModelError(f"attn_layers has {i}, but the model has {depth} layers "
-                                 f"(valid: {-depth}..{depth - 1})")
-            layers.append(i % depth)
-        return layers
+            return list(range(len(self.blocks)))
+        return [self._block_index(i, "attn_layers", "layers") for i in attn_layers]
+
+    def _block_index(self, i: int, name: str, unit: str) -> int:
+        """Block index ``i`` of argument ``name`` counted from 0 (negative ones from the end);
+        a :class:`ModelError` naming the valid range when the model has no such block."""
+        depth = len(self.blocks)
+        if not -depth <= i < depth:
+            raise ModelError(f"{name} has {i}, but the model has {depth} {unit} "
+                             f"(valid: {-depth}..{depth - 1})")
+        return i % depth
 
     def _check_images(self, x: torch.Tensor) -> None:
         if x.dim() != 4 or x.shape[1] != self.cfg.in_chans:
@@ -579,13 +581,11 @@ class VisionTransformer(nn.Module):
         if isinstance(indices, (str, bytes)) or not isinstance(indices, Sequence) or not indices:
             raise ModelError(f"indices takes None, an int n (the last n blocks) or a non-empty "
                              f"list of block indices; got {indices!r}")
-        taken = []
         for i in indices:
-            if not isinstance(i, int) or isinstance(i, bool) or not -depth <= i < depth:
+            if not isinstance(i, int) or isinstance(i, bool):
                 raise ModelError(f"indices has {i!r}, but the model has {depth} blocks "
                                  f"(valid: {-depth}..{depth - 1})")
-            taken.append(i % depth)
-        return taken
+        return [self._block_index(i, "indices", "blocks") for i in indices]
 
     def forward_intermediates(
         self, x: torch.Tensor, indices: int | Sequence[int] | None = None,

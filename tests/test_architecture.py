@@ -17,7 +17,7 @@ SRC = ROOT / "src" / "vitkit"
 OPTIONAL = {"matplotlib", "torchvision", "fastapi", "uvicorn", "starlette", "multipart",
             "python_multipart", "tensorboard", "torch.utils.tensorboard", "resource", "timm",
             "transformers", "open_clip", "huggingface_hub", "jax", "flax", "sklearn", "scipy",
-            "onnx", "onnxruntime"}
+            "onnx", "onnxruntime", "peft"}
 
 
 # Modules that import some of their own package late, on purpose, and why (the one exception

@@ -200,6 +200,12 @@ CASES = [
     ("convert {ws}/vit.safetensors {ws}/a-file/o.safetensors", "a-file", None),
     ("resize {ws}/vit.safetensors {ws}/o.safetensors --img-size 30",
      "30x30 is not divisible by patch size 4", None),
+    # --model NAME: an unknown name, a name the weights do not fit, a CNN (issue 50)
+    ("convert {ws}/vit.safetensors {ws}/o.safetensors --model vit_nope",
+     "unknown model 'vit_nope'", None),
+    ("predict {ws}/vit.safetensors {ws}/good --model vit_base_patch16_224",
+     "the weights do not fit: vit_base_patch16_224 has", None),
+    ("predict {ws}/cnn.safetensors {ws}/good --model vit_base_patch16_224", "is a CNN", None),
     # attention
     ("attention {ws}/good --checkpoint {ws}/cnn.safetensors --out {ws}/att",
      "attention maps need a ViT", None),
@@ -219,6 +225,29 @@ CASES = [
      "no images found in", None),
     ("attention {ws}/good --checkpoint {ws}/missing.safetensors --out {ws}/att",
      "missing.safetensors", None),
+    # dense, features, probe (issue 50)
+    ("dense {ws}/good --checkpoint {ws}/cnn.safetensors --out {ws}/dense",
+     "dense features are a ViT's patch tokens; this checkpoint is a CNN", None),
+    ("dense {ws}/good --checkpoint {ws}/vit.safetensors --similar 99,0 --out {ws}/dense",
+     "patch (row 99, column 0) is outside the 8x8 patch grid", None),
+    ("dense {ws}/good --checkpoint {ws}/vit.safetensors --match {ws}/missing.jpg --out "
+     "{ws}/dense", "cannot read image {ws}/missing.jpg", None),
+    ("features {ws}/vit.safetensors --data nope --out {ws}/feats", "unknown dataset 'nope'",
+     None),
+    ("features {ws}/cnn.safetensors --data digits --out {ws}/feats", "this checkpoint is a CNN",
+     None),
+    ("features {ws}/vit.safetensors --data digits --layers 9 --out {ws}/feats",
+     "--layers has 9, but the model has 4 blocks (valid: -4..3)", None),
+    ("features {ws}/vit.safetensors --data digits --what nope --out {ws}/feats",
+     "--what takes a comma-separated list of pooled, cls, prefix, patch", None),
+    ("features {ws}/vit.safetensors --data digits --out {ws}/feats --model vit_base_patch16_224",
+     "the weights do not fit: vit_base_patch16_224 has", None),
+    ("probe {ws}/vit.safetensors --data digits:0 --out {ws}/probe", "holds one class (0); a "
+     "probe needs two or more", None),
+    ("probe --features {ws}/missing --val-features {ws}/missing --out {ws}/probe",
+     "missing holds no manifest.json: expected a folder written by `vitkit features`", None),
+    ("probe {ws}/vit.safetensors --data digits --k 0 --out {ws}/probe",
+     "--k takes neighbour counts of 1 or more", None),
     # train
     ("train --config {ws}/missing.yaml", "missing.yaml does not exist", None),
     ("train --config {ws}/empty-dir", "empty-dir is a folder", None),
@@ -350,8 +379,8 @@ CASES = [
     ("train --init {ws}/vit.safetensors --patch-size 8 --out {ws}/runs",
      "--patch-size sets the patches of a model trained from scratch", None),
     ("train --init {ws}/vit.safetensors --model vit_base_patch16_224 --data digits "
-     "--img-size 32 --steps 1 --out {ws}/runs", "not vit_base_patch16_224: the checkpoint sets "
-     "the architecture", None),
+     "--img-size 32 --steps 1 --out {ws}/runs", "the weights do not fit: vit_base_patch16_224 "
+     "has patch_size=16, embed_dim=768", None),
     ("train --init {ws}/cnn.safetensors --model resnet34 --data digits --img-size 32 --steps 1 "
      "--out {ws}/runs", "is resnet18, not resnet34", None),
     ("train --resume {ws}/runs/run --overwrite", "drop the other options (--overwrite)", None),

@@ -136,3 +136,17 @@ def test_dropping_pre_logits_under_a_head_needs_a_new_head(tmp_path):
     model = vitkit.load_model(tmp_path / "tv.pth", keep_pre_logits=False, num_classes=3,
                               num_heads=2)
     assert model.cfg.representation_size == 0 and model.head.weight.shape == (3, 32)
+
+
+def test_a_missing_weight_keeps_the_models_own_initialisation(state, tmp_path):
+    """Loading skips init_weights when the state overwrites every weight; with strict=False a
+    weight the state leaves out still gets it (trunc-normal(0.02) for a linear), never the
+    uninitialised memory of a skipped init."""
+    state = dict(state)
+    del state["blocks.1.mlp.fc1.weight"]
+    torch.save(state, tmp_path / "loose.pth")
+    model = vitkit.load_model(tmp_path / "loose.pth", strict=False, verbose=False)
+    w = model.blocks[1].mlp.fc1.weight
+    assert torch.isfinite(w).all() and w.abs().max() < 0.2
+    assert 0.015 < float(w.std()) < 0.025
+    assert torch.equal(model.blocks[0].mlp.fc1.weight, state["blocks.0.mlp.fc1.weight"])

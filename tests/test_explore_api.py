@@ -19,7 +19,7 @@ from PIL import Image
 
 from vitkit import explain
 from vitkit.data.images import preprocess
-from vitkit.explain import causal, stats
+from vitkit.explain import causal, dense, stats
 from vitkit.explain.methods import METHODS
 from vitkit.web.app import allowed_hosts, create_app
 from vitkit.web.samples import sample_table
@@ -255,6 +255,44 @@ def test_every_readout_and_rectangular_inputs(overrides, unavailable, prefix):
     r = client.get("/api/token", params=dict(image=v["image"], query=last, layer=0, head=0))
     assert decode(r.json()["row"]).shape == (len(prefix) + gh * gw,)
     assert client.get("/api/causal", params=dict(image=v["image"])).status_code == 200
+    r = client.get("/api/features", params=dict(image=v["image"])).json()
+    assert decode(r["rgb"]).shape == (gh, gw, 3) and decode(r["foreground"]).shape == (gh, gw)
+    r = client.get("/api/similar", params=dict(image=v["image"], row=gh - 1, col=gw - 1)).json()
+    assert decode(r["map"]).shape == (gh, gw)
+    assert decode(r["map"])[gh - 1, gw - 1] == pytest.approx(1, abs=1e-5)
+
+
+# ---------------------------------------------------------------------- dense features
+def test_the_features_view_and_a_patchs_similarity_match_the_library(client, explorer):
+    assert client.get("/api/model").json()["features"] is None  # scikit-learn is here
+    data = png(5)
+    image = upload(client, data)["image"]
+    x, _, _ = direct(explorer.model, data)
+    tokens = dense.patch_features(explorer.model, x)[0]  # (1, 8, 8, D)
+    want = dense.feature_pca(tokens)
+    r = client.get("/api/features", params=dict(image=image)).json()
+    np.testing.assert_allclose(decode(r["rgb"]), want.rgb[0], atol=1e-5)
+    np.testing.assert_array_equal(decode(r["foreground"]) > 0, want.foreground[0])
+    np.testing.assert_allclose(r["explained"], want.explained[0], rtol=1e-5)
+    assert r["threshold"] == dense.THRESHOLD and r["artifacts"] == []
+    for row, col in [(0, 0), (5, 3), (7, 7)]:
+        s = client.get("/api/similar", params=dict(image=image, row=row, col=col)).json()
+        m = decode(s["map"])
+        want_map = torch.nn.functional.cosine_similarity(tokens[0, row, col], tokens[0], dim=-1)
+        np.testing.assert_allclose(m, want_map, atol=1e-5)
+        assert m[row, col] == pytest.approx(1, abs=1e-5) and s["hi"] == pytest.approx(1, abs=1e-5)
+        assert (s["row"], s["col"]) == (row, col) and s["lo"] == pytest.approx(m.min())
+
+
+def test_the_features_view_marks_a_planted_high_norm_token():
+    model = model_of()
+    model.pos_embed.data[0, 1 + 2 * 8 + 5] += 30.0  # patch (2, 5)
+    client = client_for(Explorer(model))
+    image = upload(client)["image"]
+    assert client.get("/api/features", params=dict(image=image)).json()["artifacts"] == [[2, 5]]
+    outliers = client.get("/api/stats", params=dict(image=image)).json()["outliers"]
+    assert {"layer": 2, "token": 1 + 2 * 8 + 5} in [
+        {k: o[k] for k in ("layer", "token")} for o in outliers]  # what the per-head panel says
 
 
 # ------------------------------------------------------------------------- bad inputs
@@ -361,6 +399,10 @@ def test_pixel_cap_is_configurable():
     ("/api/faithfulness", dict(steps=1000), 400, "steps must be 2..64"),
     ("/api/method", dict(image="feedbeef"), 404, "send the image again"),
     ("/api/stats", dict(image=""), 400, "image is missing"),
+    ("/api/similar", dict(row=8, col=0), 400, "outside the 8x8 patch grid: rows 0..7"),
+    ("/api/similar", dict(col=0), 400, "row is missing"),
+    ("/api/similar", dict(row=1, col="x"), 400, "col must be a whole number"),
+    ("/api/features", dict(image="feedbeef"), 404, "send the image again"),
 ])
 def test_bad_requests_are_4xx_with_a_message(client, path, params, status, words):
     image = upload(client)["image"]

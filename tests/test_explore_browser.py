@@ -29,6 +29,7 @@ from live import TOKEN, serve
 from PIL import Image
 
 from vitkit import explain
+from vitkit.explain import dense
 from vitkit.web.session import Explorer
 
 CHROMIUM = "/usr/bin/chromium"
@@ -626,4 +627,35 @@ def test_the_pages_trust_verdict_is_the_librarys(page_at):
             assert text.endswith(want.text), (text, want)
             said.append(want.trusted)
         assert said[0] is False  # rollout explains no class in particular
+        assert not problems, problems
+
+
+def test_the_features_view_draws_the_pca_and_a_clicked_patchs_similarity(page_at):
+    m = model()
+    gw = m.cfg.grid_size[1]
+    m.pos_embed.data[0, m.num_prefix_tokens + 2 * gw + 5] += 30.0  # a high-norm token at (2, 5)
+    explorer = Explorer(m)
+    with page_for(page_at, explorer) as (page, problems):
+        blank = pixels(page, "features-similar")
+        pick_digit(page)
+        until(page, "document.getElementById('features-panel').dataset.drawn === S.view.image")
+        assert pixels(page, "features-pca") != blank
+        assert page.evaluate("F.answer.artifacts") == [[2, 5]]
+        assert "(row 2, column 5)" in page.text_content("#artifacts-note")
+        view = explorer.view(page.evaluate("S.view.image"))
+        tokens = dense.patch_features(m, view.x)[0][0]
+        drawn = blank
+        for row, col in [(1, 3), (6, 0)]:
+            box = page.locator("#features-pca").bounding_box()
+            page.click("#features-pca", position={"x": (col + 0.5) * box["width"] / gw,
+                                                  "y": (row + 0.5) * box["height"] / gw})
+            until(page, f"document.getElementById('features-panel').dataset.similar === "
+                        f"'{row},{col}'")
+            assert pixels(page, "features-similar") != drawn  # the map changed
+            drawn = pixels(page, "features-similar")
+            shown = np.array(page.evaluate("Array.from(F.similar.data)"))
+            assert shown[row * gw + col] == pytest.approx(1, abs=1e-5)  # the clicked patch
+            want = torch.nn.functional.cosine_similarity(tokens[row, col], tokens, dim=-1)
+            np.testing.assert_allclose(shown.reshape(want.shape), want, atol=1e-5)
+            assert f"row {row}, column {col}" in page.text_content("#similar-caption")
         assert not problems, problems

@@ -81,3 +81,24 @@ def test_token_and_pooling_options_match_timm(timm_name, ours, kw):
         parts = param_breakdown(vitkit.create_model(ours, **kw))
         theirs = timm.create_model(timm_name, num_classes=1000, **timm_kw)
     assert parts["total"] == sum(p.numel() for p in theirs.parameters())
+
+
+def test_every_names_pretrained_normalisation_is_timms():
+    """PRETRAINED_NORM (what a bare state dict loaded by name is preprocessed with) is the
+    mean and std of timm's pretrained_cfg for the name's default weights, for every registered
+    name timm has; the rest take the original ViT's 0.5."""
+    from timm.models import get_pretrained_cfg
+
+    from vitkit.models.registry import MODEL_ARGS, PRETRAINED_NORM
+
+    checked = 0
+    for name in MODEL_ARGS:
+        cfg = get_pretrained_cfg(name)
+        if cfg is None:  # vitkit's own nano and micro models
+            assert name not in PRETRAINED_NORM
+            continue
+        mean, std = PRETRAINED_NORM.get(name, ((0.5,) * 3, (0.5,) * 3))
+        assert mean == pytest.approx(cfg.mean, abs=1e-7), name
+        assert std == pytest.approx(cfg.std, abs=1e-7), name
+        checked += 1
+    assert checked >= 90

@@ -192,38 +192,68 @@ def _gather(obj, ctx) -> list:
 class Progress:
     """``audit: 512/1000 images (51%), 85.2 images/s, ETA 6 s`` lines on stderr."""
 
-    def __init__(self, total: int, done: int, say: Callable[[str], None]) -> None:
-        self.total, self.start_done, self.say = total, done, say
+    def __init__(self, total: int, done: int, say: Callable[[str], None],
+                 label: str = "audit") -> None:
+        self.total, self.start_done, self.say, self.label = total, done, say, label
         self.t0 = time.perf_counter()
 
     def __call__(self, done: int) -> None:
         rate = (done - self.start_done) / max(time.perf_counter() - self.t0, 1e-9)
         eta = (self.total - done) / rate if rate > 0 else float("nan")
-        self.say(f"audit: {done}/{self.total} images ({done / self.total:.0%}), "
+        self.say(f"{self.label}: {done}/{self.total} images ({done / self.total:.0%}), "
                  f"{rate:.1f} images/s, ETA {eta:.0f} s")
+
+
+def shard_indices(s: int, n: int, shard_size: int) -> range:
+    """The rows of shard ``s`` when ``n`` rows are cut in shards of ``shard_size``."""
+    return range(s * shard_size, min(n, (s + 1) * shard_size))
+
+
+def resume_progress(n: int, todo: Sequence[int], shard_size: int, *, ctx,
+                    say: Callable[[str], None],
+                    out: Path, label: str = "audit", verb: str = "scanned"
+                    ) -> tuple[int, Progress]:
+    """A run of ``n`` rows with the shards ``todo`` left: (the rows already done, its progress
+    line); a resume is said on rank 0."""
+    done = n - sum(len(shard_indices(s, n, shard_size)) for s in todo)
+    if ctx.main and done:
+        say(f"{label}: resuming, {done} of {n} images already {verb} in {out}")
+    return done, Progress(n, done, say, label=label)
 
 
 def _stderr(line: str) -> None:
     log.info(line)
 
 
+def no_head(checkpoint, data: str, model_name: str | None) -> str:
+    """What to do with a backbone without a head: train a linear probe, then audit that."""
+    named = f" --model {model_name}" if model_name else ""
+    return (f"{checkpoint} is a backbone without a classification head (num_classes 0): the "
+            "audit explains a classifier's predictions, and it has none. Train a probe first, "
+            f"a linear head on the frozen backbone: `vitkit train --init {checkpoint}{named} "
+            f"--freeze backbone --data {data} --out runs --name probe`, then audit its "
+            f"checkpoint: `vitkit audit --checkpoint runs/probe/best.safetensors --data {data}`")
+
+
 def run(checkpoint: str | os.PathLike, data: str, out: str | os.PathLike, *,
         split: str = "val", method: str = DEFAULT_METHOD, batch_size: int = 64,
         shard_size: int = SHARD_SIZE, max_clusters: int = 8, confirm_images: int = 200,
         seed: int = 0, data_root: str = "data", device: str = "auto", limit: int | None = None,
-        say: Callable[[str], None] = _stderr) -> Audit | None:
+        model_name: str | None = None, say: Callable[[str], None] = _stderr) -> Audit | None:
     """Audit ``checkpoint`` on ``data`` into ``out`` (see the module); ``limit``: only the
-    first images of the split. Returns the audit on rank 0 (None on the other ranks). Raises
-    ConfigError or DataError on bad input."""
+    first images of the split; ``model_name``: the architecture of a bare state dict.
+    Returns the audit on rank 0 (None on the other ranks). Raises ConfigError or DataError on
+    bad input."""
     check_counts((("batch_size", batch_size), ("shard_size", shard_size),
                   ("max_clusters", max_clusters), ("confirm_images", confirm_images),
                   ("limit", 1 if limit is None else limit)))
     ctx = setup(device)
-    model = load_model(checkpoint, verbose=False)
-    if isinstance(model, CNN) or model.num_classes < 1:
-        what = "a CNN" if isinstance(model, CNN) else "a ViT without a classification head"
-        raise ConfigError(f"{checkpoint} is {what}; the audit explains a ViT classifier's "
-                          "predictions: give a checkpoint trained or fine-tuned with a head")
+    model = load_model(checkpoint, model=model_name, verbose=False)
+    if isinstance(model, CNN):
+        raise ConfigError(f"{checkpoint} is a CNN; the audit explains a ViT classifier's "
+                          "predictions: give a ViT checkpoint trained or fine-tuned with a head")
+    if model.num_classes < 1:
+        raise ConfigError(no_head(checkpoint, data, model_name))
     check_method(model, method)
     model.to(ctx.device).eval()
     data_split = audit_data(data, split, model.cfg.img_size[0], data_root)
@@ -244,19 +274,13 @@ def run(checkpoint: str | os.PathLike, data: str, out: str | os.PathLike, *,
         raise ConfigError(plan["error"])
     todo = plan["todo"]
 
-    def size_of(s: int) -> int:
-        return min(n, (s + 1) * shard_size) - s * shard_size
-
-    done = n - sum(size_of(s) for s in todo)
-    progress = Progress(n, done, say)
-    if ctx.main and done:
-        say(f"audit: resuming, {done} of {n} images already scanned in {out}")
+    done, progress = resume_progress(n, todo, shard_size, ctx=ctx, say=say, out=out)
     for r in range(math.ceil(len(todo) / ctx.world)):
         k = r * ctx.world + ctx.rank
         payload = None
         if k < len(todo):
             s = todo[k]
-            indices = list(range(s * shard_size, s * shard_size + size_of(s)))
+            indices = list(shard_indices(s, n, shard_size))
             rows, maps = scan(model, data_split, indices, method, batch_size, ctx.device)
             payload = (s, indices, rows, maps)
         for item in _gather(payload, ctx):

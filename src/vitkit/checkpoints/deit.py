@@ -17,8 +17,9 @@ def detect(ckpt: Checkpoint) -> bool:
     return "patch_embed.proj.weight" in ckpt.state and "dist_token" in ckpt.state
 
 
-def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
-    state, kwargs, extra = timm.to_vitkit(state, config, notes)
+def to_vitkit(state: StateDict, config: dict | None, notes: list[str],
+              named: dict | None = None):
+    state, kwargs, extra = timm.to_vitkit(state, config, notes, named)
     extra.setdefault("mean", list(IMAGENET_MEAN))  # DeiT trains with ImageNet statistics
     extra.setdefault("std", list(IMAGENET_STD))
     return state, kwargs, extra

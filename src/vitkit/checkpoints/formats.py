@@ -2,8 +2,12 @@
 
 Every format module defines ``NAME``, ``LABEL`` (how users recognise it),
 ``detect(ckpt) -> bool`` and ``to_vitkit(state, config, notes) -> (state, kwargs, extra)``;
-``DEPTH_FROM_WEIGHTS = True`` when a bare file of the layout does not state its depth (the
-loader then warns when the depth fits no known ViT while a deeper one does).
+``to_vitkit`` may also take ``named=`` (the config fields of the registered model the user
+named, ``load_model(path, model=NAME)``) and read from it what a bare file does not say instead
+of refusing or guessing it (timm's layout); the loader checks every format's result against the
+name (:mod:`vitkit.checkpoints.named`). ``DEPTH_FROM_WEIGHTS = True`` when a bare file of
+the layout does not state its depth (the loader then warns when the depth fits no known ViT
+while a deeper one does).
 A format vitkit can also write adds ``refusals(cfg) -> list[str]`` (why a model does not fit
 the layout; empty when it does), ``write(model, dst) -> Path``, and the options contract: every
 field of ``ViTConfig`` that is not in ``ViTConfig.NEUTRAL`` is in exactly one of

@@ -11,6 +11,7 @@ table, keys left at their initial values) is logged on the ``vitkit`` logger.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -34,13 +35,16 @@ from vitkit.checkpoints.common import (
     strip_prefix,
 )
 from vitkit.checkpoints.formats import EXPORTS, FORMATS
+from vitkit.checkpoints.named import check_options, fit, named_config, override
 from vitkit.models.cnn import CNN, CNNConfig, is_cnn
 from vitkit.models.pos_embed import Pair, as_pair
+from vitkit.models.registry import PRETRAINED_NORM
 from vitkit.models.vit import VisionTransformer, ViTConfig
 from vitkit.util.files import atomic_write
 
 __all__ = ["EXPORTS", "FORMATS", "Checkpoint", "atomic_write", "convert", "detect_format",
-           "export", "load_model", "load_state", "read_checkpoint", "save_model"]
+           "export", "from_checkpoint", "load_model", "load_state", "read_checkpoint",
+           "save_model"]
 log = logging.getLogger("vitkit")
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "open_clip_model.safetensors")
 _SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".npz", ".ckpt")
@@ -262,15 +266,24 @@ def load_state(model: VisionTransformer, state: StateDict, strict: bool = True,
     return missing, unexpected
 
 
+def _is_bare(ckpt: Checkpoint) -> bool:
+    """Whether the weights came without a config of their own (a bare state dict)."""
+    return ckpt.config is None and ckpt.vitkit_config is None
+
+
 def _to_vitkit(ckpt: Checkpoint, fmt: str, notes: list[str], keep_pre_logits: bool,
-               num_classes: int | None, num_heads: int | None):
-    """The vitkit state dict and config keywords of a checkpoint in format ``fmt``."""
+               num_classes: int | None, num_heads: int | None, named: ViTConfig | None = None):
+    """The vitkit state dict and config keywords of a checkpoint in format ``fmt``; ``named``
+    (the config of the name the user gave) says what a bare file does not."""
     module = formats.get(fmt)
     # the config that describes the weights: their own (in the metadata of files vitkit wrote)
     # before a config.json beside them
     config = ckpt.config if ckpt.vitkit_config is None else ckpt.vitkit_config
+    # a reader that can take the name's config is given it for a bare file (timm's layout)
+    told = {"named": named.to_dict()} if named is not None and _is_bare(ckpt) and \
+        "named" in inspect.signature(module.to_vitkit).parameters else {}
     try:
-        state, kwargs, extra = module.to_vitkit(dict(ckpt.state), config, notes)
+        state, kwargs, extra = module.to_vitkit(dict(ckpt.state), config, notes, **told)
     except KeyError as err:  # a config that lacks what its layout always has
         raise CheckpointError(f"{ckpt.path} is a {module.LABEL} checkpoint whose config lacks "
                               f"{err}; restore its config.json as its library wrote it") from err
@@ -280,9 +293,14 @@ def _to_vitkit(ckpt: Checkpoint, fmt: str, notes: list[str], keep_pre_logits: bo
         raise CheckpointError(f"{ckpt.path} describes options this vitkit does not know: "
                               f"{', '.join(unknown)} (written by a newer vitkit, or edited); "
                               "update vitkit, or remove them from the metadata")
+    if named is not None and is_cnn(kwargs):
+        raise CheckpointError(f"{ckpt.path} is a CNN ({kwargs.get('arch')}), not the ViT "
+                              f"{named.extra['name']} named: drop the model name")
     if not is_cnn(kwargs):  # a ResNet has no heads to say or infer
         if num_heads is not None:
             kwargs["num_heads"] = num_heads
+        elif named is not None and kwargs.get("num_heads") is None:
+            kwargs["num_heads"] = named.num_heads  # the weights do not say; the name does
         elif kwargs.get("num_heads") is None:
             # timm and torchvision weights do not store the number of heads
             arch = (config or {}).get("architecture")
@@ -321,48 +339,99 @@ def load_model(
     img_size: Pair | None = None,
     strict: bool = True,
     *,
+    model: str | None = None,
     keep_pre_logits: bool = True,
     num_heads: int | None = None,
     act: str | None = None,
     verbose: bool = True,
+    **options,
 ) -> VisionTransformer | CNN:
     """Build the model a checkpoint file or folder describes (a ViT, or the ResNet of a CNN
     checkpoint) and load its weights.
 
     The format (any in :data:`FORMATS`) is detected from the keys and files, and the
-    architecture inferred from them and their config. ``num_classes`` different from the
-    checkpoint's puts a fresh head on; ``img_size`` different from its resolution
-    interpolates the position table; each is said in one line of the ``vitkit`` log (INFO; the
-    command line shows it on stderr, with ``verbose=True``). Anything
+    architecture inferred from them and their config. ``model="NAME"`` (any ``vitkit list``
+    name) names the architecture instead: what a bare state dict does not say (the rotary
+    embeddings, the heads, the activation, the eps) is taken from the name, and every field the
+    weights fix (width, depth, patch, tokens, table, MLP, biases, LayerScale) and every key and
+    shape is checked against it (:mod:`vitkit.checkpoints.named`); a name that does not fit is
+    a :class:`CheckpointError` naming each mismatch and the names that fit. ``num_classes``
+    different from the checkpoint's puts a fresh head on; ``img_size`` different from its
+    resolution interpolates the position table; each is said in one line of the ``vitkit`` log
+    (INFO; the command line shows it on stderr, with ``verbose=True``). Anything
     else that does not fit is a :class:`CheckpointError` listing every offending key.
     ``keep_pre_logits=False`` drops a pre-logits / pooler layer (JAX, torchvision, HF
     ``ViTModel``);
     ``num_heads`` overrides the head count where the weights cannot tell (timm, torchvision);
     ``act`` the MLP activation ("quick_gelu" for OpenAI's CLIP weights in a layout that does not
-    say it).
+    say it). Every other :class:`~vitkit.models.vit.ViTConfig` field is an option too, as in
+    ``create_model`` (``drop_path_rate=0.1``, ``dynamic_img_size=True``, ``depth=2``): it is set
+    on the model, or refused by name when it contradicts the weights' shapes.
     The returned model's ``load_record`` (a dict) keeps what was adapted: the format, missing and
     unexpected keys, notes, the replaced head and the interpolated grids.
     """
     if num_classes is not None and num_classes < 0:
         raise CheckpointError(f"num_classes must be 0 (no head) or more, got {num_classes}")
-    ckpt = read_checkpoint(source)
+    check_options(options)
+    options.update({k: v for k, v in (("num_heads", num_heads), ("act", act)) if v is not None})
+    if model is not None:
+        named_config(model, options)  # an unknown name or a bad option before any reading
+    return from_checkpoint(read_checkpoint(source), num_classes=num_classes, img_size=img_size,
+                           strict=strict, model=model, keep_pre_logits=keep_pre_logits,
+                           verbose=verbose, options=options, source=source)
+
+
+def from_checkpoint(ckpt: Checkpoint, *, num_classes: int | None = None,
+                    img_size: Pair | None = None, strict: bool = True, model: str | None = None,
+                    keep_pre_logits: bool = True, verbose: bool = True,
+                    options: dict | None = None, source=None) -> VisionTransformer | CNN:
+    """:func:`load_model` on a checkpoint already read (:func:`read_checkpoint`); ``options``
+    the config overrides, ``num_heads`` and ``act`` among them. Built under
+    ``torch.device("meta")`` it checks a checkpoint's keys and shapes without any memory."""
+    options = dict(options or {})
+    num_heads = options.get("num_heads")
+    name, wanted = model, None
+    if name is not None:
+        wanted = named_config(name, options)
+        wanted.extra["name"] = name
+    source = ckpt.path if source is None else source
     fmt = detect_format(ckpt)
     notes: list[str] = []
-    state, kwargs = _to_vitkit(ckpt, fmt, notes, keep_pre_logits, num_classes, num_heads)
-    if act is not None:
-        kwargs["act"] = act
+    state, kwargs = _to_vitkit(ckpt, fmt, notes, keep_pre_logits, num_classes, num_heads,
+                               wanted)
+    if wanted is not None:
+        extra = kwargs.pop("extra")
+        kwargs = fit(name, wanted, kwargs, state, bare=_is_bare(ckpt), asked=set(options),
+                     resize=img_size is not None, strict=strict)
+        # a bare file cannot say its preprocessing: the name's pre-trained weights' mean/std
+        mean, std = PRETRAINED_NORM.get(name, ((0.5,) * 3, (0.5,) * 3))
+        kwargs["extra"] = {"name": name, "mean": list(mean), "std": list(std), **extra} \
+            if _is_bare(ckpt) else extra
+    elif options:
+        if is_cnn(kwargs):
+            raise CheckpointError(f"{ckpt.path} is a CNN ({kwargs.get('arch')}): it takes none "
+                                  f"of the ViT options {', '.join(options)}")
+        kwargs = override(kwargs, options)
     cnn = is_cnn(kwargs)  # a ResNet baseline or teacher
-    model = CNN(CNNConfig(**kwargs)) if cnn else VisionTransformer(ViTConfig(**kwargs))
+    if cnn:
+        model = CNN(CNNConfig(**kwargs))
+    else:
+        with VisionTransformer.weights_to_be_loaded():  # the state overwrites the weights
+            model = VisionTransformer(ViTConfig(**kwargs))
+        if not model.state_dict().keys() <= state.keys():  # strict=False: some keep the init
+            model.init_weights()
     missing, unexpected = load_state(model, state, strict, verbose)
     suspect = None
-    if not cnn and getattr(formats.get(fmt), "DEPTH_FROM_WEIGHTS", False) and not ckpt.config:
+    if not cnn and getattr(formats.get(fmt), "DEPTH_FROM_WEIGHTS", False) and not ckpt.config \
+            and name is None:  # a name's depth was checked against the blocks
         suspect = shallower_than_known(model.cfg.embed_dim, model.cfg.depth, model.cfg.mlp_dim)
         if suspect:
             say(suspect, verbose, logging.WARNING)
     for note in notes:
         say(note, verbose)
     # what was adapted on the way in, for `vitkit doctor` and for anyone who asks
-    model.load_record = {"source": str(source), "format": fmt, "missing": missing,
+    model.load_record = {"source": str(source), "format": fmt, "model": name,
+                         "missing": missing,
                          "unexpected": unexpected, "notes": list(notes),
                          "head_replaced": None, "interpolated": None,
                          "depth_suspect": suspect}
@@ -421,13 +490,15 @@ def export(model, dst: str | os.PathLike, to: str = "vitkit") -> Path:
 
 def convert(src: str | os.PathLike, dst: str | os.PathLike, to: str | None = None,
             img_size: Pair | None = None, num_classes: int | None = None,
-            verbose: bool = True) -> Path:
-    """Load ``src`` (any format), optionally resize / re-head it, and write ``dst``.
+            verbose: bool = True, model: str | None = None) -> Path:
+    """Load ``src`` (any format; ``model``: the registered architecture of a bare state dict,
+    as :func:`load_model` takes it), optionally resize / re-head it, and write ``dst``.
 
     ``to=None`` keeps the source's format where vitkit can write it (DeiT is written in timm's
     layout, which is DeiT's own); otherwise (a torchvision ResNet) vitkit's format.
     """
-    model = load_model(src, num_classes=num_classes, img_size=img_size, verbose=verbose)
+    model = load_model(src, num_classes=num_classes, img_size=img_size, verbose=verbose,
+                       model=model)
     if img_size is not None and is_cnn(model):
         raise CheckpointError(f"{src} is a CNN ({model.cfg.arch}): it has no position table to "
                               "resize and runs at any input size as it is; nothing was written")

@@ -109,8 +109,13 @@ def ambiguity(state: StateDict, config: dict, family: dict) -> str | None:
     return None
 
 
-def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
-    """timm keys -> (vitkit state dict, VisionTransformer kwargs, metadata)."""
+def to_vitkit(state: StateDict, config: dict | None, notes: list[str],
+              named: dict | None = None):
+    """timm keys -> (vitkit state dict, VisionTransformer kwargs, metadata).
+
+    ``named`` (the config fields of a registered name, ``load_model(path, model=NAME)``) says
+    what a bare file does not, in place of the family table of the config's architecture; the
+    loader checks the result against it."""
     config = config or {}
     missing = unsupported(state, config)
     if missing:
@@ -120,7 +125,8 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
             "DeiT-III, DINOv2, DINOv3, CLIP, SigLIP, EVA-02, Perception Encoder (core), the "
             "RoPE ViTs, MAE and DINO (`vitkit list` names each model)")
     arch = config.get("architecture")
-    ours = MODEL_ARGS.get(arch, {})  # vitkit's names, for a registered architecture
+    # vitkit's names, for a registered architecture (or the one the user named)
+    ours = dict(named) if named is not None else MODEL_ARGS.get(arch, {})
     family = {**ours, **_rope_args(config)}
     unclear = ambiguity(state, config, family)
     if unclear:
@@ -133,7 +139,9 @@ def to_vitkit(state: StateDict, config: dict | None, notes: list[str]):
     model_args = {**ours, **dict(config.get("model_args") or {})}  # + timm's argument names
     w = state["patch_embed.proj.weight"]  # (D, C, P, P)
     width, in_chans, patch = w.shape[0], w.shape[1], w.shape[2]
-    depth = depth_of(state, r"blocks\.(\d+)\.", model_args.get("depth"))
+    # the depth a config states (a name's is checked against the blocks by the loader)
+    stated = (config.get("model_args") or {}) if named is not None else model_args
+    depth = depth_of(state, r"blocks\.(\d+)\.", stated.get("depth"))
     mlp_dim = state["blocks.0.mlp.fc2.weight"].shape[1]
     class_token = "cls_token" in state
     distilled = "dist_token" in state

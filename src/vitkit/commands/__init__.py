@@ -11,7 +11,8 @@ import importlib
 from types import ModuleType
 
 # The order is the order of ``vitkit --help``.
-COMMANDS = ("info", "list", "convert", "resize", "quantize", "attention", "trust", "audit",
+COMMANDS = ("info", "list", "convert", "resize", "quantize", "attention", "trust", "dense", "audit",
+            "features", "probe",
             "train", "eval", "predict", "doctor", "explore", "demo", "study", "bench")
 
 

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from vitkit.checkpoints import load_model
+from vitkit.commands.options import add_model_option
 from vitkit.commands.options import head as head_option
 from vitkit.explain import trust
 from vitkit.explain.methods import METHODS
@@ -21,6 +22,7 @@ DESCRIPTION = ("Top-5 prediction, per-head [CLS] maps, a layers x heads mosaic a
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("images", nargs="+", help="image files (any format PIL reads) or folders")
     p.add_argument("--checkpoint", required=True, help="any checkpoint vitkit loads")
+    add_model_option(p)
     p.add_argument("--layer", type=int, default=-1, help="layer of the per-head figure (-1: last)")
     p.add_argument("--head", type=head_option, default=None,
                    help="head index or mean/max/min for the single cls map (default: mean, "
@@ -36,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    model = load_model(args.checkpoint)
+    model = load_model(args.checkpoint, model=args.model_name)
     reports = explain_images(model, args.images, args.out, method=args.method, layer=args.layer,
                              head=args.head, faithfulness=args.faithfulness, top_k=args.top_k)
     for r in reports:

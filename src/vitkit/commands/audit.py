@@ -10,6 +10,7 @@ from vitkit.audit import store
 from vitkit.audit.analysis import CONFIRM_IMAGES, DEFAULT_METHOD
 from vitkit.audit.flags import VERDICTS
 from vitkit.audit.report import summarise, write
+from vitkit.commands.options import add_data_options, add_model_option
 from vitkit.explain.methods import METHODS
 from vitkit.train.distributed import cleanup
 
@@ -31,31 +32,18 @@ DESCRIPTION = ("Stream a dataset split (a data spec or a folder of images) throu
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", required=True, help="a ViT classifier vitkit loads")
-    p.add_argument("--data", required=True,
-                   help="a data spec (e.g. cluttered-digits+mark:3) or a folder of images "
-                        "(class sub-folders give the labels)")
-    p.add_argument("--split", choices=["train", "val"], default="val",
-                   help="which split of a data spec, or of a folder with train/ and val/ "
-                        "(default val)")
+    add_model_option(p)
+    add_data_options(p, shard_size=store.SHARD_SIZE, device="the maps are computed")
     p.add_argument("--method", choices=list(METHODS), default=DEFAULT_METHOD,
                    help=f"the relevance method (default {DEFAULT_METHOD}, the most faithful "
                         "measured)")
     p.add_argument("--out", default="runs/audit", help="the audit folder (default runs/audit)")
-    p.add_argument("--limit", type=int, default=None,
-                   help="audit only the first N images of the split (default: all)")
-    p.add_argument("--batch-size", type=int, default=64, help="images per batch (default 64)")
-    p.add_argument("--shard-size", type=int, default=store.SHARD_SIZE,
-                   help=f"images per resumable shard (default {store.SHARD_SIZE})")
     p.add_argument("--max-clusters", type=int, default=8,
                    help="clusters per class at most (default 8; the eigengap chooses)")
     p.add_argument("--confirm-images", type=int, default=CONFIRM_IMAGES,
                    help=f"images changed per class to test a hypothesis (default "
                         f"{CONFIRM_IMAGES})")
     p.add_argument("--seed", type=int, default=0, help="for clustering and masking (default 0)")
-    p.add_argument("--data-root", default="data",
-                   help="where CIFAR, Fashion-MNIST and MNIST are (default data)")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
-                   help="where the maps are computed (default auto: CUDA when there is one)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
                            shard_size=args.shard_size, max_clusters=args.max_clusters,
                            confirm_images=args.confirm_images, seed=args.seed,
                            data_root=args.data_root, device=args.device,
-                           limit=args.limit)
+                           limit=args.limit, model_name=args.model_name)
         if result is None:  # another rank: rank 0 writes the report
             return 0
         options = store.read_options(args.out)

@@ -23,4 +23,4 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     options = {"attention": True} if args.attention else {}
     convert(args.src, args.dst, to=args.to, img_size=args.img_size, num_classes=args.num_classes,
-            **options)
+            model=args.model_name, **options)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from vitkit.commands.options import size
+from vitkit.commands.options import add_model_option, size
 from vitkit.diagnose import diagnose, to_json, to_text, worst
 
 NAME = "doctor"
@@ -28,9 +28,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default=None,
                    help="a data spec (e.g. digits): do the same on a few validation images")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    add_model_option(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    findings = diagnose(args.target, img_size=args.img_size, image=args.image, data=args.data)
+    findings = diagnose(args.target, img_size=args.img_size, image=args.image, data=args.data,
+                        model_name=args.model_name)
     print(to_json(findings, args.target) if args.json else to_text(findings, args.target))
     return 1 if worst(findings) == "error" else 0

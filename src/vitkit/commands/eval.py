@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from vitkit.commands.options import add_model_option
 from vitkit.data.datasets import DATASETS
 from vitkit.train.evaluate import evaluate_checkpoint
 
@@ -15,6 +16,7 @@ DESCRIPTION = "Score a checkpoint on a dataset split."
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint")
+    add_model_option(p)
     p.add_argument("--data", required=True,
                    help="a data spec: " + ", ".join(DATASETS) + " (CLASSES: e.g. 0-4 or 5,6,7)")
     p.add_argument("--split", choices=["train", "val"], default="val")
@@ -25,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     r = evaluate_checkpoint(args.checkpoint, args.data, split=args.split, out=args.out,
-                            root=args.data_root)
+                            root=args.data_root, model_name=args.model_name)
     print(f"{r['images']} images of {r['data']} ({r['split']}): top-1 {r['top1']:.4f}, "
           f"top-5 {r['top5']:.4f}")
     for name, acc in r["per_class"].items():

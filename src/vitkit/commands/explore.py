@@ -10,6 +10,7 @@ import socket
 from pathlib import Path
 
 from vitkit.checkpoints import load_model
+from vitkit.commands.options import add_model_option
 from vitkit.errors import VitkitError
 from vitkit.util.numbers import check_number, option
 from vitkit.web.checks import same_architecture
@@ -34,6 +35,7 @@ log = logging.getLogger("vitkit")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", default=None,
                    help=f"the model (default: the ViT `make demo` trained, {DEMO_CHECKPOINT})")
+    add_model_option(p)
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 "
                         "serves every interface, protected by the token alone)")
@@ -98,13 +100,13 @@ def run(args: argparse.Namespace) -> None:
         raise VitkitError(f"--port must be 0..65535, got {args.port}")
     if args.images is not None and not Path(args.images).is_dir():
         raise VitkitError(f"--images {args.images} is not a folder; give a folder of images")
-    model = load_model(checkpoint, verbose=False)
+    model = load_model(checkpoint, model=args.model_name, verbose=False)
     explorer = Explorer(model, cache_mb=args.cache_mb,
                         max_pixels=int(args.max_megapixels * 1e6), name=Path(checkpoint).name)
     samples = sample_table(args.images, args.audit)
     compare = None
     if args.compare_checkpoint is not None:
-        other = load_model(args.compare_checkpoint, verbose=False)
+        other = load_model(args.compare_checkpoint, model=args.model_name, verbose=False)
         same_architecture(model.cfg, other.cfg)
         compare = Explorer(other, cache_mb=args.cache_mb, name=Path(args.compare_checkpoint).name,
                            max_pixels=int(args.max_megapixels * 1e6))

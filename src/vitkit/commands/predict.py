@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from vitkit.commands.options import add_model_option
 from vitkit.train.evaluate import predict
 
 NAME = "predict"
@@ -15,13 +16,15 @@ DESCRIPTION = "Top-k classes for each image; --out writes CSV or JSON."
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint")
+    add_model_option(p)
     p.add_argument("inputs", nargs="+", help="image files or folders")
     p.add_argument("--top-k", type=int, default=5)
     p.add_argument("--out", default=None, help="predictions.csv or predictions.json")
 
 
 def run(args: argparse.Namespace) -> int:
-    rows = predict(args.checkpoint, args.inputs, top_k=args.top_k, out=args.out)
+    rows = predict(args.checkpoint, args.inputs, top_k=args.top_k, out=args.out,
+                   model_name=args.model_name)
     for r in rows:
         if "error" in r:
             print(f"{r['image']}: skipped: {r['error']}", file=sys.stderr)

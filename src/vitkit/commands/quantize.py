@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from vitkit.commands.options import add_model_option
 from vitkit.data.datasets import DATASETS
 
 NAME = "quantize"
@@ -32,6 +33,7 @@ def points(text: str) -> float:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="an .onnx file vitkit wrote, or a checkpoint")
+    add_model_option(p)
     p.add_argument("out", help="the int8 .onnx file to write")
     p.add_argument("--data", required=True,
                    help="the data the accuracy is measured on: " + ", ".join(DATASETS))
@@ -65,7 +67,8 @@ def run(args: argparse.Namespace) -> None:
     r = quantize(args.model, args.out, args.data, split=args.split,
                  calibration=args.calibration, calibration_images=args.calibration_images,
                  eval_images=args.eval_images, budget=args.budget, mode=args.mode,
-                 max_float=args.max_float, force=args.force, root=args.data_root)
+                 max_float=args.max_float, force=args.force, root=args.data_root,
+                 model_name=args.model_name)
     print(f"{r.images} held-out images of {args.data} ({args.split}; used for no choice): "
           f"float top-1 {r.float_top1:.4f}, int8 top-1 {r.int8_top1:.4f} ({r.loss * 100:+.2f} "
           f"points lost; budget {r.budget * 100:g})")

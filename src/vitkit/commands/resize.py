@@ -19,4 +19,5 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    convert(args.src, args.dst, to=args.to, img_size=args.img_size, num_classes=args.num_classes)
+    convert(args.src, args.dst, to=args.to, img_size=args.img_size, num_classes=args.num_classes,
+            model=args.model_name)

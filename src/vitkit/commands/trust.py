@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from vitkit.checkpoints import load_model
+from vitkit.commands.options import add_model_option
 from vitkit.errors import ConfigError
 from vitkit.explain import perturb, trust
 from vitkit.explain.methods import METHODS
@@ -25,6 +26,7 @@ DESCRIPTION = ("For every method that applies to the model: deletion and inserti
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", help="any checkpoint vitkit loads")
+    add_model_option(p)
     p.add_argument("images", nargs="*", help="image files or folders (or use --data)")
     p.add_argument("--data", default=None,
                    help="a data spec: its first validation images (e.g. cluttered-digits)")
@@ -48,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
                           "(e.g. vitkit trust model.safetensors --data cluttered-digits)")
     check_counts((name, getattr(args, name))
                  for name in ("count", "random", "steps", "sanity_images"))
-    model = load_model(args.checkpoint, verbose=False)
+    model = load_model(args.checkpoint, model=args.model_name, verbose=False)
     x, boxes, what, skipped = trust_report.inputs(model, args.data, args.images, args.count)
     for s in skipped:
         print(f"skipped: {s}", file=sys.stderr)

@@ -48,7 +48,11 @@ def resize_and_crop(img: Image.Image, size: tuple[int, int]) -> Image.Image:
 
     The side that sets the scale becomes exactly its target; the other is truncated to an
     integer (``int(target * long / short)``), as torchvision's ``Resize``, timm and Hugging
-    Face's processors compute it, so their pipelines see the same pixels.
+    Face's processors compute it. The crop's offset is floored (``(new - side) // 2``) as Hugging
+    Face's processors floor it, so a model exported ``to="hf"`` sees the same pixels in
+    ``transformers.pipeline``. torchvision's ``CenterCrop`` (timm's eval transform) rounds a
+    half-pixel offset half to even instead: where ``new - side`` is 3, 7, 11, ... pixels, timm's
+    crop sits one pixel further right or down.
     """
     h, w = size
     _, new_h, new_w, left, top = cover(img.size, size)
@@ -58,7 +62,8 @@ def resize_and_crop(img: Image.Image, size: tuple[int, int]) -> Image.Image:
 
 def cover(original: tuple[int, int], size: tuple[int, int]) -> tuple[float, int, int, int, int]:
     """How :func:`resize_and_crop` maps an image of ``original`` (W, H) to ``size`` (H, W):
-    (scale, resized H, resized W, left and top of the centre crop in the resized image)."""
+    (scale, resized H, resized W, left and top of the centre crop in the resized image, floored
+    as Hugging Face's processors floor them)."""
     (ow, oh), (h, w) = original, size
     if h / oh >= w / ow:  # the height sets the scale
         scale, new_h, new_w = h / oh, h, max(w, int(h * ow / oh))

@@ -43,14 +43,16 @@ def export(model, dst: str | os.PathLike, to: str = "vitkit", **options) -> Path
 
 def convert(src: str | os.PathLike, dst: str | os.PathLike, to: str | None = None,
             img_size: Pair | None = None, num_classes: int | None = None,
-            verbose: bool = True, **options) -> Path:
-    """Load ``src`` (any format vitkit reads), optionally resize / re-head it, and write
-    ``dst`` as ``to`` (see :func:`vitkit.checkpoints.convert` for the default)."""
+            verbose: bool = True, model: str | None = None, **options) -> Path:
+    """Load ``src`` (any format vitkit reads; ``model``: the registered architecture of a bare
+    state dict), optionally resize / re-head it, and write ``dst`` as ``to`` (see
+    :func:`vitkit.checkpoints.convert` for the default)."""
     _only_onnx(to or "vitkit", options)
     if to != "onnx":
         return checkpoints.convert(src, dst, to=to, img_size=img_size,
-                                   num_classes=num_classes, verbose=verbose)
-    model = load_model(src, num_classes=num_classes, img_size=img_size, verbose=verbose)
+                                   num_classes=num_classes, verbose=verbose, model=model)
+    model = load_model(src, num_classes=num_classes, img_size=img_size, verbose=verbose,
+                       model=model)
     out = export_onnx(model, dst, **options)
     say(f"wrote {out} (onnx: dynamic batch"
         + ("" if not hasattr(model.cfg, "patch_size") else ", height and width")

@@ -123,12 +123,16 @@ def _calibration_folder(calibration: str | None):
     return None
 
 
-def _as_onnx(src: Path, tmp: Path, say) -> Path:
-    """``src`` itself when it is an ONNX file, else the checkpoint exported to one in ``tmp``."""
+def _as_onnx(src: Path, tmp: Path, say, model_name: str | None = None) -> Path:
+    """``src`` itself when it is an ONNX file, else the checkpoint (a bare state dict of the
+    registered ``model_name``) exported to one in ``tmp``."""
     if is_onnx(src):
+        if model_name is not None:
+            raise ConfigError(f"--model {model_name} names the architecture of a state dict; "
+                              f"{src} is an ONNX graph, which holds its own: drop --model")
         return src
     say(f"exporting {src} to onnx first")
-    return export_onnx(load_model(src, verbose=False), tmp / "exported.onnx")
+    return export_onnx(load_model(src, model=model_name, verbose=False), tmp / "exported.onnx")
 
 
 @torch.no_grad()
@@ -247,12 +251,13 @@ def quantize(src: str | os.PathLike, dst: str | os.PathLike, data: str, *,
              split: str = "val", calibration: str | None = None,
              calibration_images: int = 256, eval_images: int = 2000, budget: float = 0.01,
              mode: str = "static", max_float: float = MAX_FLOAT, force: bool = False,
-             root: str = "data", say=None) -> Quantized:
+             root: str = "data", model_name: str | None = None, say=None) -> Quantized:
     """Quantize ``src`` (a vitkit ONNX file, or any checkpoint vitkit reads, exported first) to
     int8 at ``dst`` (see the module docstring). ``data``: a data spec (``imagefolder:PATH``
     for a folder of class folders); its ``split`` gives the accuracy. ``calibration``: a folder
     of images or a data spec whose training split calibrates (default: ``data``'s).
-    ``max_float``: the most of the products (a share) the search may keep in float."""
+    ``max_float``: the most of the products (a share) the search may keep in float.
+    ``model_name``: the registered architecture of a bare state dict."""
     say = say or log.info
     if mode not in MODES:
         raise ConfigError(f"--mode must be static or dynamic, got {mode!r}")
@@ -271,7 +276,7 @@ def quantize(src: str | os.PathLike, dst: str | os.PathLike, data: str, *,
         raise ConfigError(f"the int8 model would replace {src}; give another output path")
     folder = _calibration_folder(calibration) if mode == "static" else None
     with tempfile.TemporaryDirectory(prefix="vitkit-int8-") as tmp:
-        fp32 = OnnxModel(_as_onnx(src, Path(tmp), say))
+        fp32 = OnnxModel(_as_onnx(src, Path(tmp), say, model_name))
         size, mean, std = fp32.cfg.img_size, fp32.cfg.extra["mean"], fp32.cfg.extra["std"]
         side = size[0] if size[0] == size[1] else size
         scored = load_split(data, split, side, root=root)

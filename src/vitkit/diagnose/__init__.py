@@ -96,7 +96,7 @@ def _is_maps_file(path: Path) -> bool:
 
 
 def diagnose(target: str | os.PathLike, img_size=None, image: str | os.PathLike | None = None,
-             data: str | None = None) -> list[Finding]:
+             data: str | None = None, model_name: str | None = None) -> list[Finding]:
     """Every check that applies to ``target``.
 
     ``target``: an audit folder of ``vitkit audit`` (its confirmed flags), a run folder of
@@ -106,7 +106,8 @@ def diagnose(target: str | os.PathLike, img_size=None, image: str | os.PathLike 
     saved model too), a checkpoint, or a maps file (``.npy``/``.npz``).
     ``img_size``: the input size the checkpoint is meant for (checks the position table).
     ``image`` or ``data`` (a data spec: a few of its validation images): compute the maps and
-    token norms of the model and check them too.
+    token norms of the model and check them too. ``model_name``: the registered architecture
+    of a bare state dict (``load_model(path, model=...)``).
     """
     path = Path(target)
     if not path.exists():
@@ -129,7 +130,7 @@ def diagnose(target: str | os.PathLike, img_size=None, image: str | os.PathLike 
     else:
         checkpoint = path
     if checkpoint is not None:
-        findings += _diagnose_checkpoint(checkpoint, img_size, image, data)
+        findings += _diagnose_checkpoint(checkpoint, img_size, image, data, model_name)
     return findings
 
 
@@ -145,16 +146,18 @@ def start_of_run(config: dict, plan: RunPlan) -> list[Finding]:
     return _apply("run", run, {}, only=("run.small_data", "run.recipe"))
 
 
-def _diagnose_checkpoint(path: Path, img_size, image, data) -> list[Finding]:
+def _diagnose_checkpoint(path: Path, img_size, image, data,
+                         model_name: str | None = None) -> list[Finding]:
     """The weight checks, on the file read without torch where it is a whole vitkit
     ``.safetensors`` and no image is asked for; else on the model the loader builds."""
     ctx = {"img_size": img_size, "source": str(path)}
-    weights = None if image is not None or data is not None else weight_checks.Weights.read(path)
+    weights = None if image is not None or data is not None or model_name is not None \
+        else weight_checks.Weights.read(path)
     if weights is not None:
         return _apply("model", weights, ctx)
     from vitkit.diagnose import loaded  # torch: 3 s to import, only for what needs it
 
-    model, refusal = loaded.load(path)
+    model, refusal = loaded.load(path, model_name)
     if model is None:
         return refusal
     findings = _apply("model", loaded.weights_of(model), ctx)

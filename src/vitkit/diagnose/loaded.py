@@ -19,10 +19,11 @@ from vitkit.explain.stats import token_norms
 from vitkit.models.cnn import is_cnn
 
 
-def load(path: Path):
-    """(model, None), or (None, findings) when the file cannot become a ViT to check."""
+def load(path: Path, model_name: str | None = None):
+    """(model, None), or (None, findings) when the file cannot become a ViT to check;
+    ``model_name``: the registered architecture of a bare state dict."""
     try:  # not strict: what is missing or extra becomes a finding, not a refusal
-        model = load_model(path, strict=False, verbose=False)
+        model = load_model(path, strict=False, verbose=False, model=model_name)
     except MissingBlocks as err:
         return None, [Finding(
             "weights.partially_loaded", "error",

@@ -1,7 +1,7 @@
 """What a run folder says, in vitkit's terms, whichever program wrote it: the config, the
-metrics per epoch, the trainer's resolved plan (``run.json``) and how the run ended
-(``result.json``). Only these structured files are read: ``train.log`` is prose for people,
-and rewording it changes no diagnosis."""
+metrics per epoch, the trainer's resolved plan (``run.json``), what trained (``params.json``)
+and how the run ended (``result.json``). Only these structured files are read: ``train.log``
+is prose for people, and rewording it changes no diagnosis."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ class Run:
     metrics: list[dict] = field(default_factory=list)
     plan: dict | None = None  # the trainer's resolved numbers (run.json, a RunPlan) if known
     result: dict | None = None  # how the run ended (result.json) if it says
+    params: dict | None = None  # what trained (params.json: total, trainable) if it says
     source: str = "vitkit"  # the program that wrote the folder: "vitkit", "timm", "hf"
     classes_known: int | None = None  # the class count where another program's folder says it
     unknown: frozenset = frozenset()  # what the folder cannot say ("optimizer", "init")
@@ -68,6 +69,23 @@ class Run:
             return lr
         except (TypeError, ValueError):
             return None
+
+    @property
+    def trains_part(self) -> str | None:
+        """How much of the model trains, in words, where the run trains only part of it
+        (``--freeze``, ``--lora-rank``; its share from ``params.json`` where written), e.g.
+        ``"0.23% of the parameters (--freeze backbone)"``; None for a full run."""
+        freeze = str(self.config.get("freeze") or "")
+        try:
+            rank = int(self.config.get("lora_rank") or 0)
+        except (TypeError, ValueError):  # a hand-edited config: read as no LoRA
+            rank = 0
+        if not freeze and not rank:
+            return None
+        how = f"LoRA rank {rank}" if rank else f"--freeze {freeze}"
+        share = self.params.get("fraction") if self.params else None
+        return (f"{share:.2%} of the parameters ({how})" if isinstance(share, float)
+                else f"part of the parameters ({how})")
 
     @property
     def world(self) -> int | None:

@@ -1,7 +1,7 @@
 """Checks on a training run: from scratch on small data, a recipe that does not suit a ViT, a
 model that is not learning, overfitting, instability. They read a run folder's structured files
-(``config.yaml``, ``metrics.csv``, ``run.json``, ``result.json``; never ``train.log``, which
-is prose for people), or a config alone (at the start of ``vitkit train``).
+(``config.yaml``, ``metrics.csv``, ``run.json``, ``result.json``, ``params.json``; never
+``train.log``, which is prose for people), or a config alone (at the start of ``vitkit train``).
 
 The config is read as a plain mapping, so runs from elsewhere work too when their keys are
 timm's or vitkit's (``opt``/``optimizer``, ``lr``, ``weight_decay``, ``warmup_epochs``, ...).
@@ -105,7 +105,8 @@ def read_run(folder: str | Path) -> Run:
         raise DataError(f"{folder}/config.yaml must hold a mapping of option: value")
     metrics = _read_metrics(folder / "metrics.csv") if (folder / "metrics.csv").is_file() else []
     return Run(folder, config, metrics, plan=_read_plan(folder / "run.json"),
-               result=_read_result(folder / "result.json"))
+               result=_read_result(folder / "result.json"),
+               params=_read_result(folder / "params.json"))
 
 
 def _read_metrics(path: Path) -> list[dict]:
@@ -135,15 +136,15 @@ def _read_metrics(path: Path) -> list[dict]:
 
 
 def _read_result(path: Path) -> dict | None:
-    """``result.json`` (how the run ended), or None when absent; a file that is not a JSON
-    object is named in a warning and read as absent."""
+    """``result.json`` (how the run ended) or ``params.json`` (what trained), or None when
+    absent; a file that is not a JSON object is named in a warning and read as absent."""
     if not path.is_file():
         return None
     try:
         result = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError) as err:
-        log.warning("%s is not the JSON `vitkit train` writes (%s): how the run ended is "
-                    "not read from it", path, err)
+        log.warning("%s is not the JSON `vitkit train` writes (%s): it is read as absent",
+                    path, err)
         return None
     return result if isinstance(result, dict) else None
 
@@ -222,7 +223,8 @@ def check_recipe(run: Run, ctx: dict) -> list[Finding]:
             "(SGD is fine for fine-tuning at a small lr, as the ViT paper does.)",
             "vitkit train --recipe deit (AdamW, lr 5e-4 per 512 images, 5 warmup epochs)"))
     adam = opt.startswith("adam") or "optimizer" in run.unknown  # the Trainer's default: AdamW
-    if scratch is False and adam and lr is not None and lr > FINETUNE_MAX_LR:
+    probe = str(cfg.get("freeze") or "") == "backbone"  # nothing pre-trained is updated
+    if scratch is False and adam and lr is not None and lr > FINETUNE_MAX_LR and not probe:
         out.append(Finding(
             "run.recipe", "warning", f"fine-tuning with AdamW at lr {lr:g}",
             {"lr": lr, "threshold": FINETUNE_MAX_LR},
@@ -272,7 +274,10 @@ def check_recipe(run: Run, ctx: dict) -> list[Finding]:
             "loss is noisiest; warmup is usually a few percent of the run.",
             "--warmup-steps about a tenth of --steps, or --warmup-epochs well below --epochs"))
     if not out:
-        out.append(Finding("run.recipe", "ok", f"a ViT recipe ({opt}, lr {lr if lr else '?'})",
+        out.append(Finding("run.recipe", "ok", f"a ViT recipe ({opt}, lr {lr if lr else '?'})"
+                           + (": a linear probe (--freeze backbone), whose lr may be far above "
+                              "a fine-tune's, since no pre-trained weight moves" if probe and lr
+                              and lr > FINETUNE_MAX_LR else ""),
                            {"optimizer": opt, **({"assumed": "; ".join(run.notes)}
                                                  if run.notes else {})}))
     return out
@@ -425,10 +430,13 @@ def check_learning(run: Run, ctx: dict) -> Finding | None:
     # progress below chance: a loss that fell from far above chance back to it has not learned
     falling = min(first, chance) - last >= FALLING * chance or (
         len(top1) > 1 and top1[-1] - top1[0] >= TOP1_RISE)
+    part = run.trains_part  # --freeze, --lora-rank: a share of the model learns
+    if part:
+        measured["trains"] = part
     if falling:
         return Finding("run.learning", "ok",
                        f"learning, slowly: train loss {first:.3f} -> {last:.3f}, still near "
-                       f"chance ({chance:.3f})", measured,
+                       f"chance ({chance:.3f})" + (f"; {part} train" if part else ""), measured,
                        "The loss is falling; more steps will tell how far it goes.")
     enough = steps >= MIN_STEPS if steps is not None else len(losses) >= MIN_EPOCHS
     if not enough:
@@ -436,11 +444,30 @@ def check_learning(run: Run, ctx: dict) -> Finding | None:
             "run.learning", "unknown",
             f"cannot tell yet: the loss is at chance ({last:.3f} vs ln({classes}) = "
             f"{chance:.3f}) after "
-            + (f"{steps} steps" if steps is not None else f"{len(losses)} epochs"), measured,
-            f"A ViT from scratch often sits at chance for its first few hundred steps; after "
-            f"{MIN_STEPS} steps ({MIN_EPOCHS} epochs where the steps are not recorded) without "
-            "the loss falling it is not learning.",
+            + (f"{steps} steps" if steps is not None else f"{len(losses)} epochs")
+            + (f"; {part} train" if part else ""), measured,
+            (f"Only {part} train, which at a fine-tuning learning rate move the loss slowly; "
+             f"after {MIN_STEPS} steps ({MIN_EPOCHS} epochs where the steps are not recorded) "
+             "without the loss falling it is slow, or its frozen features do not fit the data."
+             if part else "A ViT from scratch often sits at chance for its first few hundred "
+             f"steps; after {MIN_STEPS} steps ({MIN_EPOCHS} epochs where the steps are not "
+             "recorded) without the loss falling it is not learning."),
             "train longer (a few hundred steps at least), then ask again")
+    if part:  # a probe or adapters at chance: slow, or features that do not fit; not broken
+        return Finding(
+            "run.learning", "warning",
+            f"learning slowly, if at all: the train loss {last:.3f} is still near ln({classes}) "
+            f"= {chance:.3f} after {steps if steps is not None else len(losses)} "
+            f"{'steps' if steps is not None else 'epochs'}, with only {part} training",
+            measured,
+            "With the backbone frozen or adapted, the head (and any adapters) are a small share "
+            "of the model: at a learning rate meant for fine-tuning the whole model they move "
+            "little per step, and the frozen features bound what they can learn. A full "
+            "fine-tune flat at chance this long would be broken (an error); this run is slow, "
+            "or its backbone's features do not separate these classes.",
+            "a higher --lr for the trained share (a linear probe takes 10-100x a fine-tune's), "
+            "or train more of the model (--freeze with fewer blocks, a larger --lora-rank, or "
+            "no freezing)")
     return Finding(
         "run.learning", "error",
         f"not learning: the train loss {last:.3f} is still ln({classes}) = {chance:.3f} after "

@@ -9,6 +9,8 @@
 - ``causal``: ``logit_lens`` (the prediction read out after every layer) and
   ``head_importance`` (the class score lost when one head is zeroed).
 - ``stats``: entropy and mean attention distance per head, high-norm artifact tokens.
+- ``dense``: the patch features' pictures: ``feature_pca`` (PCA to RGB, DINOv2's recipe),
+  ``patch_similarity``, ``best_matches`` (correspondence), ``artifact_mask``.
 - ``explain_map``: any method registered in ``METHODS`` by name -> (B, gh, gw).
 - ``metrics``: deletion / insertion, pointing game, mass in box. Figures live in ``vitkit.viz``.
 

@@ -34,9 +34,14 @@ class Arithmetic:
         """The heads' q, k, v of x (B, T, D); with ``rows``, q for the first ``rows`` only."""
         B, T, D = x.shape
         h, b = attn.num_heads, attn.bias()
-        if rows is None:
-            qkv = attn.qkv(x) if attn.q_bias is None else F.linear(x, attn.qkv.weight, b)
-            return qkv.reshape(B, T, 3, h, -1).permute(2, 0, 3, 1, 4).unbind(0)
+        plain = isinstance(attn.qkv, nn.Linear)  # else an adapter around it (LoRA): call it
+        if rows is None or not plain:
+            if attn.q_bias is None:
+                qkv = attn.qkv(x)
+            else:  # the split biases: the layer has none of its own
+                qkv = F.linear(x, attn.qkv.weight, b) if plain else attn.qkv(x) + b
+            q, k, v = qkv.reshape(B, T, 3, h, -1).permute(2, 0, 3, 1, 4).unbind(0)
+            return (q if rows is None else q[:, :, :rows]), k, v
         w = attn.qkv.weight
         q = split_heads(F.linear(x[:, :rows], w[:D], None if b is None else b[:D]), h)
         k, v = F.linear(x, w[D:], None if b is None else b[D:]) \

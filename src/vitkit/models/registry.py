@@ -175,6 +175,27 @@ MODEL_ARGS.update({
 })
 
 
+# The mean and std of the pixels each name's default pre-trained weights expect (timm's
+# pretrained_cfg of the name's default tag): what a bare state dict loaded by name
+# (``load_model(path, model=NAME)``) is preprocessed with, since its file cannot say.
+# Every name not listed takes the original ViT's (0.5, 0.5, 0.5) for both.
+IMAGENET_NORM = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+CLIP_NORM = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
+_NORM_OF_FAMILY = {"deit3": IMAGENET_NORM, "dinov2": IMAGENET_NORM, "reg4_dinov2": IMAGENET_NORM,
+                   "dinov3": IMAGENET_NORM, "rope": IMAGENET_NORM, "rope_mixed": IMAGENET_NORM,
+                   "eva02": CLIP_NORM, "clip": CLIP_NORM, "clip_quickgelu": CLIP_NORM}
+# timm's defaults that differ from their family's: DINO v1's ViT-S/8 (ImageNet), the LAION
+# ViT-L/14 CLIP towers fine-tuned on ImageNet (0.5), the SBB betwixt RoPE ViT (CLIP's)
+_NORM_OF_NAME = {"vit_small_patch8_224": IMAGENET_NORM,
+                 "vit_large_patch14_clip_224": None, "vit_large_patch14_clip_336": None,
+                 "vit_betwixt_patch16_rope_reg4_gap_256": CLIP_NORM}
+PRETRAINED_NORM: dict[str, tuple[tuple, tuple]] = {
+    name: norm for name, norm in (
+        {n: _NORM_OF_FAMILY.get(f) for n, _, _, _, f, _ in _FAMILY_MODELS} | _NORM_OF_NAME
+    ).items() if norm is not None
+}
+
+
 def list_models(pattern: str | None = None) -> list[str]:
     """Registered model names, sorted; ``pattern`` is a substring filter (``"base"``)."""
     return sorted(n for n in MODEL_ARGS if pattern is None or pattern in n)

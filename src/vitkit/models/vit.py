@@ -17,7 +17,8 @@ Parameter names follow timm (``patch_embed.proj``, ``blocks.N.attn.qkv``, ``bloc
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -384,7 +385,23 @@ class VisionTransformer(nn.Module):
         self.head_drop = nn.Dropout(cfg.drop_rate)
         self.head = self._new_head(cfg.num_classes)
         self.head_dist = self._new_head(cfg.num_classes) if cfg.distilled else None
-        self.init_weights()
+        if not VisionTransformer._weights_follow:
+            self.init_weights()
+
+    _weights_follow = False  # inside weights_to_be_loaded(): init_weights is left to the loader
+
+    @staticmethod
+    @contextmanager
+    def weights_to_be_loaded() -> Iterator[None]:
+        """Build models without :meth:`init_weights` (its truncated normals take 80% of building
+        a ViT-S): for a loader that overwrites every weight, or calls ``init_weights`` itself
+        before loading a state that leaves some out. Not thread-safe; nests."""
+        before = VisionTransformer._weights_follow
+        VisionTransformer._weights_follow = True
+        try:
+            yield
+        finally:
+            VisionTransformer._weights_follow = before
 
     # ----------------------------------------------------------------------------- set-up
     def init_weights(self) -> None:

@@ -17,6 +17,7 @@ import yaml
 from vitkit.errors import ConfigError
 from vitkit.models.cnn import is_cnn
 from vitkit.recipe import DEFAULT_BATCH_SIZE, DEFAULT_LR
+from vitkit.train.adapt import LORA_TARGETS, cnn_refusal, lora_targets
 from vitkit.util.files import atomic_write
 from vitkit.util.numbers import check_number
 
@@ -30,6 +31,14 @@ class TrainConfig:
     img_size: int = 32
     patch_size: int = 0  # > 0: override the ViT's patch size (from scratch only)
     init: str | None = None  # fine-tune from any checkpoint vitkit loads
+    # train part of the model (vitkit.train.adapt): "backbone" (only the head learns) or N
+    # (the embeddings and the first N blocks stay fixed); or LoRA adapters of rank > 0 on the
+    # blocks' linears (qkv, proj, fc1, fc2), merged into the weights in every checkpoint
+    freeze: str = ""
+    lora_rank: int = 0
+    lora_targets: str = "qkv,proj,fc1,fc2"
+    lora_alpha: float = 0.0  # LoRA's scale is alpha / rank; 0: alpha = rank (a scale of 1)
+    lora_dropout: float = 0.0  # dropout on the adapters' input
     recipe: str = "plain"  # plain | deit | finetune
     # classify: labels and cross-entropy; mae: masked-image pre-training without labels (the
     # ViT's encoder is saved, the decoder dropped: fine-tune it with --init)
@@ -125,7 +134,7 @@ def field_types() -> dict[str, type]:
 # Lower bounds of numeric options (inclusive); everything else numeric may be any number >= 0.
 _AT_LEAST_ONE = ("img_size", "epochs", "batch_size", "accum_steps", "data_size", "eval_every")
 _FRACTIONS = ("data_fraction", "val_fraction", "holdout", "mix_switch_prob", "random_erasing",
-              "drop_path", "crop_scale", "distill_alpha", "mask_ratio")
+              "drop_path", "crop_scale", "distill_alpha", "mask_ratio", "lora_dropout")
 OBJECTIVES = ("classify", "mae")
 
 
@@ -169,6 +178,8 @@ def _convert(key: str, value, kind: type, where: str):
         if not isinstance(value, (list, tuple)) or len(value) != 3:
             raise bad("a list of three numbers")
         return tuple(_convert(key, v, float, where) for v in value)
+    if key == "freeze" and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # YAML reads `freeze: 4` as a number
     if not isinstance(value, str):
         raise bad("text")
     return value
@@ -249,11 +260,53 @@ def resolve(overrides: dict, config_file: str | os.PathLike | None = None) -> Tr
                           "ends a run, and this run has no --patience: add --patience P (e.g. "
                           "--patience 5 --anneal-epochs 5), or drop --anneal-epochs (a run "
                           "without patience follows its cosine schedule to the end)")
+    _check_adapt(cfg)
     if cfg.distill not in (None, "hard", "soft"):
         raise ConfigError(f"distill must be 'hard' or 'soft', got {cfg.distill!r}")
     if cfg.distill and not cfg.teacher:
         raise ConfigError("distillation needs --teacher (a checkpoint of a trained CNN or ViT)")
     return cfg
+
+
+def _check_adapt(cfg: TrainConfig) -> None:
+    """--freeze and the LoRA options: well-formed, for a model they fit, not both at once
+    (their depth limit is checked on the model built, :func:`vitkit.train.adapt.prepare`)."""
+    freeze = cfg.freeze.strip()
+    if freeze not in ("", "backbone") and not freeze.isdigit():
+        raise ConfigError(f"--freeze {cfg.freeze!r} is not a choice: give 'backbone' (only the "
+                          "head learns) or a number of blocks N (the embeddings and the first "
+                          "N blocks stay fixed), e.g. --freeze 8")
+    cfg.freeze = freeze
+    if cfg.freeze and cfg.lora_rank:
+        raise ConfigError(f"--freeze {cfg.freeze} with --lora-rank {cfg.lora_rank}: LoRA "
+                          "already freezes every weight of the model but its adapters and the "
+                          "head; give one of them")
+    lora_options = [f"--{k.replace('_', '-')}" for k in ("lora_targets", "lora_alpha",
+                                                          "lora_dropout")
+                    if getattr(cfg, k) != getattr(TrainConfig, k)]
+    if lora_options and not cfg.lora_rank:
+        raise ConfigError(f"{', '.join(lora_options)} set LoRA adapters, and this run has none: "
+                          "add --lora-rank R (e.g. --lora-rank 8), or drop them")
+    if cfg.lora_rank:
+        names = lora_targets(cfg.lora_targets)
+        wrong = [t for t in names if t not in LORA_TARGETS]
+        if wrong or not names:
+            raise ConfigError(f"--lora-targets {cfg.lora_targets!r}: "
+                              + (f"unknown {', '.join(wrong)}; " if wrong else "")
+                              + f"choose among {','.join(LORA_TARGETS)} (comma-separated), e.g. "
+                              "--lora-targets qkv,fc1")
+        if cfg.lora_dropout >= 1:
+            raise ConfigError(f"--lora-dropout must be below 1 (the share of the adapters' "
+                              f"input dropped), got {cfg.lora_dropout}")
+    if not (cfg.freeze or cfg.lora_rank):
+        return
+    what = f"--lora-rank {cfg.lora_rank}" if cfg.lora_rank else f"--freeze {cfg.freeze}"
+    if cfg.objective == "mae":
+        raise ConfigError(f"{what} with --objective mae: masked-image pre-training trains the "
+                          "whole encoder; drop it for the pre-training run, and freeze or "
+                          "adapt when fine-tuning the encoder (--init)")
+    if is_cnn(cfg.model):
+        raise ConfigError(cnn_refusal(what, cfg.model))
 
 
 # Upper bounds (inclusive) of numeric options whose range is not [0, inf): with the reason

@@ -26,14 +26,16 @@ from vitkit.viz import plot
 
 def evaluate_checkpoint(checkpoint: str | os.PathLike, data: str, split: str = "val",
                         out: str | os.PathLike | None = None, batch_size: int = 256,
-                        img_size: int | None = None, **data_options) -> dict:
+                        img_size: int | None = None, model_name: str | None = None,
+                        **data_options) -> dict:
     """Top-1, top-5, per-class accuracy and the confusion matrix of ``checkpoint`` on a split,
     with the same preprocessing as ``predict`` and ``attention`` (the checkpoint's own).
 
     With ``out``, writes ``eval.json`` and ``confusion.png`` there. ``img_size``: evaluate at
     another input size, the position table interpolated (bicubic) as ``load_model`` does.
+    ``model_name``: the registered architecture of a bare state dict (``load_model(model=)``).
     """
-    model = load_for_inference(checkpoint, img_size=img_size)
+    model = load_for_inference(checkpoint, img_size=img_size, model_name=model_name)
     (size, _), mean, std = preprocessing(model)
     ds = load_split(data, split, size, **data_options)
     if len(ds.classes) != model.num_classes:
@@ -56,28 +58,33 @@ def evaluate_checkpoint(checkpoint: str | os.PathLike, data: str, split: str = "
     return result
 
 
-def load_for_inference(checkpoint: str | os.PathLike, img_size=None):
-    """A checkpoint (:func:`load_model`), or an ONNX file under onnxruntime
-    (:class:`vitkit.deploy.runtime.OnnxModel`), for eval and predict."""
+def load_for_inference(checkpoint: str | os.PathLike, img_size=None,
+                       model_name: str | None = None):
+    """A checkpoint (:func:`load_model`, ``model_name`` its architecture if it is a bare state
+    dict), or an ONNX file under onnxruntime (:class:`vitkit.deploy.runtime.OnnxModel`), for
+    eval and predict."""
     if is_onnx(checkpoint):
+        if model_name is not None:
+            raise VitkitError(f"--model {model_name} names the architecture of a state dict; "
+                              f"{checkpoint} is an ONNX graph, which holds its own: drop --model")
         return OnnxModel(checkpoint, img_size=img_size)
-    return load_model(checkpoint, img_size=img_size)
+    return load_model(checkpoint, img_size=img_size, model=model_name)
 
 
 @torch.no_grad()
 def predict(checkpoint: str | os.PathLike, inputs: list[str | os.PathLike], top_k: int = 5,
-            out: str | os.PathLike | None = None) -> list[dict]:
+            out: str | os.PathLike | None = None, model_name: str | None = None) -> list[dict]:
     """Top-k classes for each image file (folders are searched); unreadable files are
     reported with their error instead of stopping the run. ``out``: ``.csv`` or ``.json``,
     written (atomically) only when at least one image was read, so a run that failed never
-    replaces an earlier file."""
+    replaces an earlier file. ``model_name``: the architecture of a bare state dict."""
     check_number("--top-k", top_k, error=VitkitError)
     if out is not None and Path(out).suffix not in (".csv", ".json"):
         raise VitkitError(f"--out must end in .csv or .json, got {Path(out).name!r}")
     if out is not None and Path(out).is_dir():
         raise VitkitError(f"--out {out} is a folder; give a file name ending in .csv or .json")
     files = find_images(inputs)
-    model = load_for_inference(checkpoint)
+    model = load_for_inference(checkpoint, model_name=model_name)
     size, mean, std = preprocessing(model)
     names = model.cfg.extra.get("class_names") or [str(i) for i in range(model.num_classes)]
     rows = []

@@ -61,15 +61,17 @@ def _alive(pid: int, host: str) -> bool:
     return True
 
 
-def lock(folder: Path) -> RunLock:
-    """Take ``folder``'s lock, or a :class:`ConfigError` naming the process that holds it."""
-    path = folder / LOCK
+def lock(folder: Path, *, name: str = LOCK, who: str = "vitkit train",
+         instead: str = "give this run another --name") -> RunLock:
+    """Take ``folder``'s lock (the file ``name``), or a :class:`LockHeld` naming the process
+    that holds it (``who``) and what to do (``instead``)."""
+    path = folder / name
     mine = f"{os.getpid()} {socket.gethostname()}\n"
     for _ in range(3):
         # the lock appears with its holder already written (a hard link of a written file):
         # a lock created empty and written after let a second process read it empty, take it
         # for stale and take it over while its holder ran
-        tmp = folder / f"{LOCK}.{os.getpid()}.tmp"
+        tmp = folder / f"{name}.{os.getpid()}.tmp"
         tmp.write_text(mine)
         try:
             os.link(tmp, path)
@@ -77,8 +79,8 @@ def lock(folder: Path) -> RunLock:
             holder = _holder(path)
             if holder is not None and _alive(*holder):
                 raise LockHeld(
-                    f"{folder} is being written by another vitkit train (PID {holder[0]} on "
-                    f"{holder[1]}); wait for it to finish, or give this run another --name. "
+                    f"{folder} is being written by another {who} (PID {holder[0]} on "
+                    f"{holder[1]}); wait for it to finish, or {instead}. "
                     f"If no such run is going on, delete {path}") from None
             path.unlink(missing_ok=True)  # stale: its process is gone
             logger.info("took over the lock of %s: the process that held it is gone", folder)

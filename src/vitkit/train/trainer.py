@@ -2,9 +2,10 @@
 
 A run folder holds ``config.yaml`` (the effective configuration), ``metrics.csv``, TensorBoard
 event files, ``curves.png``, ``best.safetensors`` and ``last.safetensors`` (vitkit checkpoints
-with metadata), ``state.pt`` (everything ``--resume`` needs) and ``train.log``. All writes are
-atomic. Every random draw is a function of (seed, epoch, step or sample), so a run killed at
-any point and resumed ends with exactly the weights of an uninterrupted run.
+with metadata; LoRA merged), ``state.pt`` (everything ``--resume`` needs), ``params.json`` (what
+trains: :mod:`vitkit.train.adapt`) and ``train.log``. All writes are atomic. Every random draw
+is a function of (seed, epoch, step or sample), so a run killed at any point and resumed ends
+with exactly the weights of an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from vitkit.models.cnn import create_cnn, is_cnn
 from vitkit.models.mae import MaskedAutoencoder
 from vitkit.models.registry import build_config, create_model
 from vitkit.recipe import RunPlan, cosine_lr, plan_run
+from vitkit.train import adapt, distributed, runfolder
 from vitkit.train import config as config_io
-from vitkit.train import distributed, runfolder
 from vitkit.train import resume as resume_io
 from vitkit.train.config import TrainConfig
 from vitkit.train.distill import distillation_loss
@@ -78,7 +79,11 @@ class RunResult:
 def build_model(cfg: TrainConfig, num_classes: int, class_names: list[str]) -> nn.Module:
     """A fresh model, or ``cfg.init`` loaded (head and position table adapted)."""
     if cfg.init:
-        model = load_model(cfg.init, num_classes=num_classes, img_size=cfg.img_size)
+        # --model beside --init names the architecture of a bare state dict (load_model checks
+        # it against the weights); a CNN name is checked just below
+        named = None if cfg.model == config_io.FROM_INIT or is_cnn(cfg.model) else cfg.model
+        model = load_model(cfg.init, num_classes=num_classes, img_size=cfg.img_size,
+                           model=named)
         _check_init_matches(cfg, model)
         if cfg.distill and not getattr(model.cfg, "distilled", False):
             raise ConfigError("distillation needs a distilled student (a distillation token); "
@@ -94,6 +99,7 @@ def build_model(cfg: TrainConfig, num_classes: int, class_names: list[str]) -> n
                              drop_path_rate=cfg.drop_path, distilled=bool(cfg.distill), **patch)
     model.cfg.extra.update(class_names=list(class_names), mean=list(cfg.mean),
                            std=list(cfg.std))
+    model = adapt.prepare(model, cfg)  # --freeze, --lora-rank
     if cfg.objective == "mae":  # trained inside its autoencoder; saved alone (_saved)
         return MaskedAutoencoder(model, cfg.mask_ratio)
     return model
@@ -101,8 +107,8 @@ def build_model(cfg: TrainConfig, num_classes: int, class_names: list[str]) -> n
 
 def _saved(model: nn.Module) -> nn.Module:
     """What a checkpoint holds: the model, or the encoder of a masked autoencoder (its decoder
-    is for pre-training only)."""
-    return model.encoder if isinstance(model, MaskedAutoencoder) else model
+    is for pre-training only); LoRA adapters merged into a copy (:func:`adapt.plain`)."""
+    return adapt.plain(model.encoder if isinstance(model, MaskedAutoencoder) else model)
 
 
 def _check_init_matches(cfg: TrainConfig, model: nn.Module) -> None:
@@ -311,7 +317,8 @@ def _remove_if_empty_run(run_dir: Path) -> None:
     """A run that stopped before its first checkpoint leaves no folder holding only its log,
     config and plan."""
     if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {"train.log", "config.yaml",
-                                                                     "run.json", ".progress"}:
+                                                                     "run.json", ".progress",
+                                                                     adapt.RECORD}:
         shutil.rmtree(run_dir, ignore_errors=True)
         logger.info("removed %s: the run stopped before its first checkpoint", run_dir)
 
@@ -505,8 +512,10 @@ def _setup(cfg: TrainConfig | None, resume, ctx, progress) -> _Run:
     _say_data(cfg, data, log)
     plan = _plan(cfg, data, ctx, run_dir, log, fresh=state is None)
     models = _build_models(cfg, data, plan, state, ctx, run_dir)
+    if ctx.main:
+        adapt.record(models.raw, cfg, run_dir / adapt.RECORD)
     log.line(f"model {cfg.model}{' from ' + cfg.init if cfg.init else ''}: "
-             f"{sum(p.numel() for p in models.raw.parameters()):,} parameters; {ctx.world} "
+             f"{adapt.describe(models.raw, cfg)}; {ctx.world} "
              f"process(es) on {ctx.device}; global batch {plan.global_batch}, lr "
              f"{plan.lr:.3g}, {plan.steps_per_epoch} steps/epoch")
     run = _Run(

@@ -158,6 +158,8 @@ class Api:
             ("GET", "/api/faithfulness", self.faithfulness),
             ("GET", "/api/stats", self.head_stats),
             ("GET", "/api/causal", self.causal),
+            ("GET", "/api/features", self.features),
+            ("GET", "/api/similar", self.similar),
             ("GET", "/api/export.npz", self.export),
             ("POST", "/api/job", self.start_job),
             ("GET", "/api/job", self.job),
@@ -257,6 +259,23 @@ class Api:
         return dict(entropy=encode(s["entropy"]), distance=encode(s["distance"]),
                     uniform_distance=s["uniform_distance"], max_entropy=s["max_entropy"],
                     norms=encode(s["norms"]), outliers=s["outliers"])
+
+    def features(self, request: Request) -> dict:
+        """The PCA picture of the patch features (rgb (gh, gw, 3), foreground (gh, gw)), the
+        explained variance and the high-norm artifact patches ([row, col])."""
+        f = self.explorer.features_view(self._view(Query(request.query_params)))
+        return dict(rgb=encode(f["rgb"]), foreground=encode(f["foreground"]),
+                    explained=f["explained"], first_explained=f["first_explained"],
+                    threshold=f["threshold"], artifacts=f["artifacts"])
+
+    def similar(self, request: Request) -> dict:
+        """The cosine similarity (gh, gw) of patch ``row``, ``col`` with every patch."""
+        q = Query(request.query_params)
+        view = self._view(q)
+        row = q.integer("row", missing="which patch's row (0 = the top row)")
+        col = q.integer("col", missing="which patch's column (0 = the left column)")
+        m = self.explorer.similarity(view, row, col)
+        return dict(row=row, col=col, map=encode(m), lo=float(m.min()), hi=float(m.max()))
 
     def causal(self, request: Request) -> dict:
         """The logit lens and the heads' importance estimated by attribution patching (at

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import importlib.util
 import io
 import json
 import math
@@ -36,7 +37,7 @@ from PIL import Image
 from vitkit import explain
 from vitkit.data.images import cover, crop_box, decode_image, preprocess, preprocessing
 from vitkit.errors import VitkitError
-from vitkit.explain import causal, stats, trust
+from vitkit.explain import causal, dense, stats, trust
 from vitkit.explain.attention import HEAD_FUSIONS
 from vitkit.explain.methods import METHODS, applicable
 from vitkit.explain.perturb import deletion_insertion, random_maps
@@ -151,6 +152,7 @@ class Explorer:
             applicable=[m for m in applicable(self.cfg) if m not in unavailable],
             unavailable=unavailable, has_classifier=self.has_classifier,
             fusions=list(HEAD_FUSIONS),
+            features=None if importlib.util.find_spec("sklearn") else dense.NEEDS_SKLEARN,
         )
 
     # ------------------------------------------------------------------------ images in
@@ -355,6 +357,36 @@ class Explorer:
                 max_entropy=math.log(view.maps[0].shape[-1]),
                 norms=norms, outliers=outliers)
         return self._cached(("stats", view.id), compute, locked=False)
+
+    def patch_tokens(self, view: View) -> torch.Tensor:
+        """(gh, gw, D): the patch tokens after the final norm (on the twin: never behind a
+        job on the model)."""
+        def compute():
+            with self.view_lock, torch.no_grad():
+                return dense.patch_features(self.viewer, view.x)[0][0]
+        return self._cached(("tokens", view.id), compute, locked=False)
+
+    def features_view(self, view: View) -> dict:
+        """The features view: the PCA picture ``rgb`` (gh, gw, 3) in [0, 1] (this image
+        alone, :func:`vitkit.explain.dense.feature_pca`), its ``foreground`` (gh, gw), the
+        ``explained`` variance ratios, ``first_explained``, the ``threshold``, and the high-norm
+        ``artifacts`` among the patches (last block, as [row, col])."""
+        def compute():
+            p = dense.feature_pca(self.patch_tokens(view)[None])
+            norms = self.head_stats(view)["norms"][-1:]  # (1, T): the last block's output
+            marked = dense.artifact_patches(norms, self.model.num_prefix_tokens, self.grid)[0]
+            return dict(rgb=torch.from_numpy(p.rgb[0]),
+                        foreground=torch.from_numpy(p.foreground[0]).float(),
+                        explained=p.explained[0].tolist(),
+                        first_explained=float(p.first_explained[0]), threshold=p.threshold,
+                        artifacts=marked.nonzero().tolist())
+        return self._cached(("pca", view.id), compute, locked=False)
+
+    def similarity(self, view: View, row: int, col: int) -> torch.Tensor:
+        """(gh, gw): the cosine similarity of patch (``row``, ``col``) with every patch."""
+        dense.check_patch(row, col, self.grid)
+        return self._cached(("similar", view.id, row, col), lambda: dense.patch_similarity(
+            self.patch_tokens(view)[None], row, col)[0], locked=False)
 
     def causal(self, view: View, target: int | None, measure: str = "logit") -> dict:
         """The logit lens (per layer: the target's probability, the top class; one forward)

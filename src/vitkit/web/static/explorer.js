@@ -323,6 +323,7 @@ async function showView(v) {
   // what needs only the stored attention maps first, the per-head numbers, then the gradients
   await loadMethods(attentionOnly());
   await loadStats();
+  await quietly(loadFeatures());  // a failure is said in the status line; the rest goes on
   if (S.view && S.view.image === image) document.body.dataset.view = "attention";
   await loadMethods(withGradients());
   if (S.view && S.view.image === image) document.body.dataset.view = "full";
@@ -680,6 +681,94 @@ async function runExact() {  // the exact ablation as a job: one forward per lay
   $("exact-text").textContent = `exact: each head zeroed in turn. Rank correlation with the linear estimate: ${r.correlation_with_estimate.toFixed(2)}.`;
 }
 
+// ---------------------------------------------------------------------- dense features
+// The PCA picture of the patch tokens and one patch's cosine similarity with every patch, as the
+// server computes them (vitkit.explain.dense); the high-norm artifact patches circled on both.
+const F = { answer: null, rgb: null, similar: null, patch: null };
+
+function rgbCanvas(rgb) {  // {data: (gh, gw, 3) in 0..1, shape} -> a gw x gh canvas
+  const [gh, gw] = rgb.shape;
+  const c = document.createElement("canvas");
+  c.width = gw; c.height = gh;
+  const ctx = c.getContext("2d"), img = ctx.createImageData(gw, gh);
+  for (let i = 0; i < gh * gw; i++) {
+    img.data.set([0, 1, 2].map((k) => Math.round(255 * rgb.data[3 * i + k])).concat([255]), 4 * i);
+  }
+  ctx.putImageData(img, 0, 0);
+  return c;
+}
+
+function markPatches(canvas, patches, colour, box) {  // circles (or a box) on [row, col] patches
+  const ctx = canvas.getContext("2d"), [gh, gw] = S.model.grid;
+  const sx = canvas.width / gw, sy = canvas.height / gh;
+  ctx.strokeStyle = colour; ctx.lineWidth = 2;
+  for (const [r, c] of patches) {
+    ctx.beginPath();
+    if (box) ctx.rect(c * sx, r * sy, sx, sy);
+    else ctx.arc((c + 0.5) * sx, (r + 0.5) * sy, 0.5 * Math.min(sx, sy) + 1, 0, 2 * Math.PI);
+    ctx.stroke();
+  }
+}
+
+function drawFeatures() {
+  const c = $("features-pca"), ctx = c.getContext("2d");
+  ctx.clearRect(0, 0, c.width, c.height);
+  if (!F.rgb) return;
+  ctx.imageSmoothingEnabled = false;
+  ctx.drawImage(rgbCanvas(F.rgb), 0, 0, c.width, c.height);
+  markPatches(c, F.answer.artifacts, "#ff1744");
+  if (F.patch) markPatches(c, [F.patch], "#00e5ff", true);
+}
+
+function clearFeatures(text) {
+  F.answer = F.rgb = F.similar = F.patch = null;
+  for (const id of ["features-pca", "features-similar"]) { const c = $(id); c.getContext("2d").clearRect(0, 0, c.width, c.height); }
+  $("features-caption").textContent = text; $("similar-caption").textContent = "click a patch of the PCA picture";
+  $("artifacts-note").textContent = ""; $("similar-scale").hidden = true;
+  delete $("features-panel").dataset.similar;
+}
+
+async function loadFeatures() {
+  if (!S.view) return;
+  if (S.model.features) { clearFeatures(`not available: ${S.model.features}`); return; }
+  clearFeatures("computing the PCA of the patch features ...");
+  const image = S.view.image;
+  const r = await api("/api/features", { image });
+  if (!S.view || S.view.image !== image) return;  // another image came meanwhile
+  F.answer = r; F.rgb = decode(r.rgb);
+  drawFeatures();
+  const fg = decode(r.foreground).data, share = fg.reduce((a, v) => a + v, 0) / fg.length;
+  $("features-caption").textContent = `PCA of this image's patch tokens: the first component split at ${r.threshold} of its range (the sign that leaves the border background) keeps ${(100 * share).toFixed(0)}% of the patches as foreground; their first three components are red, green and blue (explained variance ${r.explained.map((v) => v.toFixed(3)).join(", ")}); background black.`;
+  const names = r.artifacts.map(([row, col]) => `(row ${row}, column ${col})`);
+  $("artifacts-note").textContent = names.length
+    ? `High-norm artifact tokens (Darcet et al. 2023; last block, norm above median + 8 MAD), circled in red: ${names.join(", ")}.`
+    : "No patch has an outlying norm in the last block (no high-norm artifact tokens to circle).";
+  $("features-panel").dataset.drawn = image;
+}
+
+function patchOf(canvas, event) {  // [row, col] under a click on a canvas showing the grid
+  const rect = canvas.getBoundingClientRect(), [gh, gw] = S.model.grid;
+  return [Math.min(gh - 1, Math.floor((event.clientY - rect.top) / rect.height * gh)),
+    Math.min(gw - 1, Math.floor((event.clientX - rect.left) / rect.width * gw))];
+}
+
+async function loadSimilar(row, col) {
+  if (!S.view || !F.answer) return;
+  const image = S.view.image, [gh, gw] = S.model.grid;
+  const r = await api("/api/similar", { image, row, col });
+  if (!S.view || S.view.image !== image) return;
+  F.similar = { data: decode(r.map).data, h: gh, w: gw }; F.patch = [row, col];
+  const c = $("features-similar");
+  drawFigure(c, F.similar, { alpha: 0.8 });
+  markPatches(c, F.answer.artifacts, "#ff1744");
+  markPatches(c, [F.patch], "#00e5ff", true);
+  drawFeatures();
+  $("similar-scale").hidden = false;
+  $("similar-lo").textContent = fmt(r.lo); $("similar-hi").textContent = fmt(r.hi);
+  $("similar-caption").textContent = `patch (row ${row}, column ${col}), boxed: its cosine similarity with every patch, ${fmt(r.lo)} (dark) to ${fmt(r.hi)} (bright); the patch itself scores ${fmt(F.similar.data[row * gw + col])}`;
+  $("features-panel").dataset.similar = `${row},${col}`;
+}
+
 // ------------------------------------------------------------------------------ export
 function escapeHtml(text) {
   return String(text).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
@@ -711,6 +800,7 @@ ${section("Methods", methods)}
 ${section("How far to trust the map", faith)}
 ${section("Per-head numbers", table("entropy-table", "entropy-caption") + table("distance-table", "distance-caption") + `<p>${text("outliers")}</p>`)}
 ${section("Causal", causal)}
+${section("Dense features", F.rgb ? `${img($("features-pca"), "PCA of the patch features")}${F.similar ? img($("features-similar"), "patch similarity") : ""}<p>${text("features-caption")}</p><p>${F.similar ? text("similar-caption") : ""}</p><p>${text("artifacts-note")}</p>` : "")}
 <h2>Settings</h2><pre>${escapeHtml(JSON.stringify(Object.assign(settings(), { picture: undefined }), null, 2))}</pre>
 </body></html>`;
 }
@@ -723,7 +813,7 @@ function settings() {
     residual: Number($("residual").value), discard_ratio: Number($("discard").value), rollout_fusion: $("fusion").value,
     opacity: Number($("opacity").value), patch_grid: $("show-grid").checked, box: $("show-box").checked,
     faithfulness_method: $("faith-method").value, measure: $("measure").value,
-    colour_scale: $("scale").value,
+    colour_scale: $("scale").value, similar_patch: F.patch,
     // an uploaded image travels with its settings (as the model sees it), so they work in
     // any later session; a sample is named by its number
     picture: S.sampleId === null && PICTURE ? PICTURE.toDataURL("image/png") : null,
@@ -747,6 +837,7 @@ function checkSettings(s) {  // what a settings file may hold; a message for any
   for (const [key, allowed] of [["fusion_column", ["", "mean", "max", "min"]], ["rollout_fusion", ["mean", "max", "min"]], ["measure", ["logit", "prob"]], ["colour_scale", ["map", "shared"]]]) {
     if (s[key] !== undefined && s[key] !== null && !allowed.includes(s[key])) problems.push(`${key} ${JSON.stringify(s[key])} is not one of ${allowed.join(", ")}`);
   }
+  if (s.similar_patch !== null && s.similar_patch !== undefined && !(Array.isArray(s.similar_patch) && s.similar_patch.length === 2 && int(s.similar_patch[0], 0, m.grid[0] - 1) && int(s.similar_patch[1], 0, m.grid[1] - 1))) problems.push(`similar patch ${JSON.stringify(s.similar_patch)} is not a [row, column] of the ${m.grid[0]}x${m.grid[1]} grid`);
   if (s.method && !m.applicable.includes(s.method)) problems.push(`method ${JSON.stringify(s.method)} does not apply to this model (${m.applicable.join(", ")})`);
   if (s.faithfulness_method && !m.applicable.includes(s.faithfulness_method)) problems.push(`faithfulness method ${JSON.stringify(s.faithfulness_method)} does not apply to this model`);
   return problems;
@@ -779,6 +870,7 @@ async function applySettings(s) {
   if (s.method && S.methods[s.method] && s.overlay === "method") selectMethod(s.method);
   if (s.query_token !== null && s.query_token !== undefined) await loadToken(s.query_token);
   if (s.faithfulness_method) $("faith-method").value = s.faithfulness_method;
+  if (s.similar_patch) await loadSimilar(...s.similar_patch);
 }
 
 function syncOutputs() {
@@ -814,7 +906,8 @@ async function start() {
   for (const id of ["compare-kind", "compare-sample", "compare-class"]) $(id).addEventListener("change", () => quietly(updateCompare()));
   fitCanvas($("main"), 448);
   drawBar($("main-bar"));
-  for (const id of ["token-row", "token-rollout"]) fitCanvas($(id), 224);
+  for (const id of ["token-row", "token-rollout", "features-pca", "features-similar"]) fitCanvas($(id), 224);
+  drawBar($("similar-bar"));
   buildMethods();
 
   if (!m.has_classifier) {
@@ -831,6 +924,9 @@ async function start() {
   });
   $("samples").addEventListener("change", (e) => quietly(pickSample(e.target.value)));
   $("main").addEventListener("click", (e) => S.view && quietly(loadToken(patchAt(e))));
+  for (const id of ["features-pca", "features-similar"]) {
+    $(id).addEventListener("click", (e) => S.view && quietly(loadSimilar(...patchOf($(id), e))));
+  }
   $("query").addEventListener("change", (e) => S.view && quietly(loadToken(Number(e.target.value))));
   $("layer").addEventListener("change", (e) => showHead(Number(e.target.value), S.head));
   $("head").addEventListener("change", async (e) => {

@@ -221,3 +221,73 @@ def test_suspicion_ranks_the_carriers_of_a_pattern_only_they_lean_on_before_a_pa
     assert {r["index"] for r in ranked[:len(carriers)]} == set(carriers)
     assert result.flags[0].effect["baseline_reliance"] == pytest.approx(0.70)
     assert max(r["suspicion"] for r in rows if r["prediction"] == 0) == pytest.approx(0.02)
+
+
+# ------------------------------------------------------------ each rule, either side of its line
+def _alternating(n: int, mask: torch.Tensor, mean: float, spread: float) -> torch.Tensor:
+    """(n, 8, 8): ``mean`` +- ``spread`` in turn on ``mask``, zero elsewhere (the variance known:
+    spread^2 n/(n-1))."""
+    sign = torch.tensor([1.0, -1.0]).repeat(n // 2)[:, None, None]
+    return (mean + spread * sign) * mask.float()
+
+
+@pytest.mark.parametrize(("k", "found"), [(3.0, False), (5.0, True)])
+def test_a_patch_is_in_the_region_only_beyond_four_standard_errors(k, found):
+    """8 patches whose excess is k standard errors each (0.12 of the relevance in all, above the
+    share rule): a region at 5, none at 3 (the rule is Z = 4, not 2)."""
+    where = torch.zeros(8, 8, dtype=torch.bool)
+    where[2:4, 2:6] = True
+    members = _alternating(100, where, 0.1, 0.05)
+    se = (members[:, 2, 2].var() / 100).sqrt().item()
+    others = (0.1 - k * se) * where.float().expand(100, 8, 8)
+    assert 8 * k * se > 0.1  # the share rule passes on either side
+    got = candidate_region(members, others)
+    assert (got is not None) == found
+    if found:
+        assert torch.equal(got, where)
+
+
+@pytest.mark.parametrize(("excess", "found"), [(0.05, False), (0.15, True)])
+def test_a_region_must_hold_a_tenth_more_of_the_relevance(excess, found):
+    """One patch hundreds of standard errors above the others' maps: a region when it holds 0.15
+    more of the relevance, none at 0.05 (the rule is 10%, not 1%)."""
+    where = torch.zeros(8, 8, dtype=torch.bool)
+    where[0, 7] = True
+    members = _alternating(100, where, 0.3, 0.001)
+    others = (0.3 - excess) * where.float().expand(100, 8, 8)
+    assert (candidate_region(members, others) is not None) == found
+
+
+def test_needed_compares_the_class_s_loss_with_the_control_s_in_that_direction():
+    """A change that costs the class its images (brightness gone) and leaves the others alone is
+    needed; the same numbers the other way round (the class untouched, the others dimmed out of
+    their class) are not: the class must lose more than the control, not less."""
+    from vitkit.audit.flags import needed_effect
+
+    model = _Rule(lambda x: x.mean((1, 2, 3)), 0.45)
+    own, others = _images(60, 0) + 0.3, _images(120, 1)  # class 1 by brightness, class 0
+    assert (model(own).argmax(-1) == 1).all() and (model(others).argmax(-1) == 0).all()
+    dark = own - 0.3
+    costs_the_class = needed_effect(model, 1, own, dark, others, others)
+    assert costs_the_class["needed"] and costs_the_class["flipped"] > 0.9
+    # the control loses what the class kept: brightening the others turns them away from class 0
+    costs_the_control = needed_effect(model, 1, own, own, others, others + 0.3)
+    assert costs_the_control["control_flipped"] > 0.9 and costs_the_control["flipped"] == 0
+    assert not costs_the_control["needed"]
+
+
+def test_a_band_on_half_of_each_image_is_an_object_not_a_texture():
+    """The grating the model uses, on the left half of each image only (an object's texture,
+    spread about 0.5): needed and enough, but not a texture finding, because the band does not
+    cover three quarters of the image (the rule is 0.75, not 0.25); on the whole image, it is."""
+    base = _images(60, 0) * 0.5 + 0.2  # a quieter background: the half's band stands out
+    planted = _planted("texture", base)
+    own = base.clone()
+    own[:, :, :, :16] = planted[:, :, :, :16]
+    others = _images(120, 1) * 0.5 + 0.2
+    model = _Rule(_grating_power, 0.05)
+    assert (model(own).argmax(-1) == 1).all() and (model(others).argmax(-1) == 0).all()
+    verdict, effect, _ = examine_statistic(model, "texture", 1, own, others)
+    assert effect["removed"]["needed"] and effect["added"]["enough"], effect
+    assert 0.3 < effect["band_spread"] < 0.7, effect
+    assert verdict == "unsettled", effect

@@ -76,3 +76,43 @@ def test_an_audit_folder_that_is_not_one_is_a_message(checkpoint, tmp_path, caps
     code = main(["explore", "--audit", str(tmp_path), "--port", "0"])
     err = capsys.readouterr().err
     assert code == 2 and "is not a finished audit folder" in err
+
+
+def test_an_audit_of_a_bare_state_dict_is_explored_with_its_model(tmp_path, capsys):
+    """`vitkit audit --model NAME` records the name, so `vitkit explore --audit DIR` loads the
+    bare state dict the audit read without being told again (it gets as far as the port)."""
+    import json
+
+    import timm
+    import torch
+
+    bare = tmp_path / "dinov3_s16.pth"
+    torch.save(timm.create_model("vit_small_patch16_dinov3", pretrained=False).state_dict(), bare)
+    folder = tmp_path / "audit"
+    folder.mkdir()
+    record = {"images": [], "clusters": [], "findings": [], "hypotheses": [],
+              "options": {"checkpoint": str(bare), "model": "vit_small_patch16_dinov3"}}
+    (folder / "audit.json").write_text(json.dumps(record))
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    try:
+        code = main(["explore", "--audit", str(folder), "--port", str(busy.getsockname()[1])])
+        err = capsys.readouterr().err
+        assert code == 2 and "cannot listen on 127.0.0.1" in err, err  # loaded, by its name
+        record["options"]["model"] = None  # an audit of a file that needs no name
+        (folder / "audit.json").write_text(json.dumps(record))
+        assert main(["explore", "--audit", str(folder), "--port", "0"]) == 2
+        assert "rotary" in capsys.readouterr().err  # the bare file cannot say its embeddings
+    finally:
+        busy.close()
+
+
+def test_an_audit_json_without_its_findings_is_a_message(tmp_path, capsys):
+    import json
+
+    (tmp_path / "audit.json").write_text(json.dumps(
+        {"images": [], "clusters": [], "options": {"checkpoint": "x.safetensors"}}))
+    code = main(["explore", "--audit", str(tmp_path), "--port", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "is not a finished audit folder ('findings')" in err, err

@@ -273,3 +273,21 @@ def test_lora_without_peft_installed_says_what_to_install(monkeypatch):
     model = vitkit.create_model("vit_nano_patch4_32", num_classes=5)
     with pytest.raises(ConfigError, match=r"pip install '\.\[train\]'"):
         adapt.prepare(model, resolve(LORA))
+
+
+def test_an_init_head_of_other_classes_is_kept_and_said(tmp_path, vitkit_log):
+    """A 5-class head trained on digits 0-4, fine-tuned on digits 5-9: the counts agree, so the
+    head is kept row for row, and the log says it means other classes and how to start fresh;
+    on its own classes nothing is said."""
+    source = vitkit.load_model(INIT, num_classes=5, verbose=False)
+    source.cfg.extra["class_names"] = ["0", "1", "2", "3", "4"]
+    init = vitkit.save_model(source, tmp_path / "zero-to-four.safetensors")
+    kw = dict(init=str(init), steps=1, warmup_steps=0)
+    run(tmp_path, "same", data="digits:0-4", **kw)
+    assert "trained on other classes" not in vitkit_log.text
+    r = run(tmp_path, "other", data="digits:5-9", **kw)
+    assert "head was trained on other classes (0, 1, 2, 3, 4) than the data's (5, 6, 7, 8, 9)" \
+        in vitkit_log.text
+    assert "--num-classes 0" in vitkit_log.text
+    saved = load_file(r.run_dir / "last.safetensors")
+    assert saved["head.weight"].shape == (5, 64)  # kept: the 0-4 rows, fine-tuned one step

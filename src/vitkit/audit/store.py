@@ -267,7 +267,8 @@ def run(checkpoint: str | os.PathLike, data: str, out: str | os.PathLike, *,
     options = {"checkpoint": str(checkpoint), "checkpoint_sha256": fingerprint(checkpoint),
                "data": data, "split": split, "method": method, "batch_size": batch_size,
                "shard_size": shard_size, "data_root": data_root, "images": n,
-               "max_clusters": max_clusters, "confirm_images": confirm_images, "seed": seed}
+               "max_clusters": max_clusters, "confirm_images": confirm_images, "seed": seed,
+               "model": model_name}  # --model: `vitkit explore --audit DIR` loads it so
     shards = math.ceil(n / shard_size)
     plan = _broadcast(_plan(out, options, shards) if ctx.main else None, ctx)
     if "error" in plan:

@@ -66,8 +66,8 @@ def layer_key(i: int) -> str:
 def check_backbone(model, what: Sequence[str], layers: Sequence[int]) -> None:
     """Refuse what this model cannot give, before any image is read."""
     if isinstance(model, CNN):
-        raise ConfigError("this checkpoint is a CNN; features are read from a ViT's tokens: "
-                          "give a ViT checkpoint")
+        raise ConfigError(f"this checkpoint is a CNN ({model.cfg.arch}); features are read "
+                          "from a ViT's tokens: give a ViT checkpoint")
     if "cls" in what and not model.cfg.class_token:
         raise ConfigError(f"--what cls: this model has no [CLS] token (it pools "
                           f"{model.cfg.pool!r}); ask for pooled (always stored) or patch")

@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "shown beside the first in the compare panel")
     p.add_argument("--audit", default=None,
                    help="an audit folder (vitkit audit --out): its flags, ranked images and "
-                        "clusters as samples; its checkpoint unless --checkpoint is given")
+                        "clusters as samples; its checkpoint and --model unless given")
     p.add_argument("--max-upload-mb", type=float, default=20,
                    help="largest request body accepted, in MB (default 20)")
     p.add_argument("--max-megapixels", type=float, default=40,
@@ -84,9 +84,10 @@ def run(args: argparse.Namespace) -> None:
 
     from vitkit.web.app import create_app  # FastAPI: imported only when the page is served
 
-    checkpoint = args.checkpoint
+    checkpoint, model_name = args.checkpoint, args.model_name
     if checkpoint is None and args.audit is not None:
-        checkpoint = read_audit(args.audit)["options"]["checkpoint"]
+        audited = read_audit(args.audit)["options"]
+        checkpoint, model_name = audited["checkpoint"], model_name or audited.get("model")
     if checkpoint is None:
         if not DEMO_CHECKPOINT.exists():
             raise VitkitError(f"no --checkpoint given and no demo model at {DEMO_CHECKPOINT}: "
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> None:
         raise VitkitError(f"--port must be 0..65535, got {args.port}")
     if args.images is not None and not Path(args.images).is_dir():
         raise VitkitError(f"--images {args.images} is not a folder; give a folder of images")
-    model = load_model(checkpoint, model=args.model_name, verbose=False)
+    model = load_model(checkpoint, model=model_name, verbose=False)
     explorer = Explorer(model, cache_mb=args.cache_mb,
                         max_pixels=int(args.max_megapixels * 1e6), name=Path(checkpoint).name)
     samples = sample_table(args.images, args.audit)
@@ -111,7 +112,7 @@ def run(args: argparse.Namespace) -> None:
         compare = Explorer(other, cache_mb=args.cache_mb, name=Path(args.compare_checkpoint).name,
                            max_pixels=int(args.max_megapixels * 1e6))
     sock = bind(args.host, args.port)
-    port = sock.getsockname()[1]
+    port = sock.getsockname()[1]  # the one bound (any free one for --port 0)
     token = secrets.token_urlsafe(24)
     app = create_app(explorer, token=token, host=args.host, port=port, samples=samples,
                      max_body=int(args.max_upload_mb * 2**20), compare=compare)
@@ -119,7 +120,6 @@ def run(args: argparse.Namespace) -> None:
     shown = f"[{shown}]" if ":" in shown else shown
     print(f"vitkit explore: {explorer.name} ({explorer.depth} layers x {explorer.heads} heads, "
           f"{len(samples)} samples)", flush=True)
-    print(f"open http://{shown}:{port}/?token={token}", flush=True)
-    print("Ctrl-C stops the server.", flush=True)
+    print(f"open http://{shown}:{port}/?token={token}\nCtrl-C stops the server.", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
     server.run(sockets=[sock])

@@ -85,6 +85,7 @@ def build_model(cfg: TrainConfig, num_classes: int, class_names: list[str]) -> n
         model = load_model(cfg.init, num_classes=num_classes, img_size=cfg.img_size,
                            model=named)
         _check_init_matches(cfg, model)
+        _warn_if_the_head_means_other_classes(cfg, model, class_names)
         if cfg.distill and not getattr(model.cfg, "distilled", False):
             raise ConfigError("distillation needs a distilled student (a distillation token); "
                              "--init a distilled checkpoint or train one from scratch")
@@ -109,6 +110,21 @@ def _saved(model: nn.Module) -> nn.Module:
     """What a checkpoint holds: the model, or the encoder of a masked autoencoder (its decoder
     is for pre-training only); LoRA adapters merged into a copy (:func:`adapt.plain`)."""
     return adapt.plain(model.encoder if isinstance(model, MaskedAutoencoder) else model)
+
+
+def _warn_if_the_head_means_other_classes(cfg: TrainConfig, model: nn.Module,
+                                          class_names: list[str]) -> None:
+    """An --init head of the data's class count is kept; say so when it was trained on other
+    classes (fine-tuning a 0-4 classifier on classes 5-9 starts from its 0-4 rows)."""
+    kept = model.cfg.extra.get("class_names")
+    if model.load_record.get("head_replaced") is None and kept \
+            and list(kept) != list(class_names):
+        shown = ", ".join(map(str, kept[:5])) + (", ..." if len(kept) > 5 else "")
+        data = ", ".join(map(str, class_names[:5])) + (", ..." if len(class_names) > 5 else "")
+        logger.warning(f"--init {cfg.init}'s head was trained on other classes ({shown}) than "
+                       f"the data's ({data}); it is kept, row for row, since their counts are "
+                       f"equal. For a fresh head, drop it first: vitkit convert {cfg.init} "
+                       f"headless.safetensors --num-classes 0, then --init headless.safetensors")
 
 
 def _check_init_matches(cfg: TrainConfig, model: nn.Module) -> None:

@@ -74,6 +74,7 @@ def read_audit(folder: str | os.PathLike) -> dict:
     try:
         record = json.loads(path.read_text())
         record["images"], record["clusters"], record["options"]["checkpoint"]
+        record["findings"] + record["hypotheses"]  # lists, as audit_samples reads them
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise DataError(f"--audit {folder} is not a finished audit folder ({err}); give the "
                         "--out folder of a `vitkit audit` run that ended") from None
